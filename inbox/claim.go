@@ -1,0 +1,155 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Outcome says what a claim-and-run did.
+type Outcome int
+
+const (
+	// Processed means the claim was fresh, the function ran, and its writes committed with the
+	// claim (or, for [Inbox.RunTx], are ready to commit with it).
+	Processed Outcome = iota + 1
+	// Duplicate means the handler had already processed the event: the function did not run and
+	// nothing was written. The caller should treat the message as done (delete it).
+	Duplicate
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Processed:
+		return "processed"
+	case Duplicate:
+		return "duplicate"
+	}
+	return "unknown"
+}
+
+// Func is the work done for one event, inside the transaction that claims it. It must do all of
+// its database writes through tx. Its effects commit exactly when the claim does.
+type Func func(ctx context.Context, tx pgx.Tx) error
+
+// ErrCommitUnknown is wrapped by the error of [Inbox.Run] when COMMIT failed in a way that does
+// not say whether the transaction committed (the connection broke). The caller must not
+// acknowledge the event: its redelivery finds the row if it did commit and runs again if not.
+var ErrCommitUnknown = errors.New("inbox: commit outcome unknown")
+
+// PanicError is the error a panicking [Func] becomes.
+type PanicError struct {
+	// Value is what the function panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack) }
+
+// Unwrap returns the panic value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// Run processes the event key for handler at most once. It begins a READ COMMITTED transaction,
+// inserts the claim (handler, key) first, and calls fn with the transaction only if the claim is
+// fresh; then it commits the claim and fn's writes together and returns [Processed].
+//
+// If the claim exists, Run rolls back, does not call fn, and returns [Duplicate]. If another
+// transaction holds an uncommitted claim for the same pair, the insert waits for it: a commit
+// there makes this a duplicate, a rollback makes this the one that runs.
+//
+// If fn returns an error or panics, or ctx ends before the commit, everything rolls back, the
+// claim included, and Run returns the error (a panic as a *[PanicError], a cancelled context as
+// its cause). A failed COMMIT whose outcome is unknown wraps [ErrCommitUnknown].
+//
+// fn's ctx carries the handler and key: see [EventKey] and [StepKey].
+func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {
+	if err := validateClaim(handler, key); err != nil {
+		return 0, err
+	}
+	tx, err := ib.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return 0, fmt.Errorf("inbox: begin: %w", err)
+	}
+	out, err := ib.runTx(ctx, tx, handler, key, fn)
+	if err == nil && out == Processed {
+		err = context.Cause(ctx) // a lost lease or a stop must not commit
+	}
+	if err != nil || out == Duplicate {
+		// The rollback must happen even when ctx is done.
+		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) && err == nil {
+			// A duplicate's rollback failing leaves nothing behind: the claim inserted nothing.
+			ib.cfg.Logger.Debug("inbox: rollback after duplicate failed", "error", rbErr)
+		}
+		if err != nil {
+			return 0, err
+		}
+		return out, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, commitError(err)
+	}
+	return Processed, nil
+}
+
+// commitError tells a commit the server refused (it did not happen) from one whose outcome is
+// unknown (the connection failed during COMMIT).
+func commitError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) {
+		return fmt.Errorf("inbox: commit: %w", err)
+	}
+	return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+}
+
+// RunTx is [Inbox.Run] for a caller that owns the transaction. It inserts the claim in tx and
+// calls fn only if the claim is fresh. It neither commits nor rolls back: on [Processed] the
+// caller commits (and only then may acknowledge the event); on [Duplicate] or an error the
+// caller rolls back. tx should be READ COMMITTED: under REPEATABLE READ or SERIALIZABLE, a
+// concurrent claim fails with a serialization error instead of waiting to be a duplicate.
+func (ib *Inbox) RunTx(ctx context.Context, tx pgx.Tx, handler, key string, fn Func) (Outcome, error) {
+	if err := validateClaim(handler, key); err != nil {
+		return 0, err
+	}
+	return ib.runTx(ctx, tx, handler, key, fn)
+}
+
+func (ib *Inbox) runTx(ctx context.Context, tx pgx.Tx, handler, key string, fn Func) (Outcome, error) {
+	tag, err := tx.Exec(ctx, ib.sql.claim, handler, key)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return 0, fmt.Errorf("inbox: claim: %w (%w)", cause, err)
+		}
+		return 0, fmt.Errorf("inbox: claim: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Duplicate, nil
+	}
+	if err := call(withEvent(ctx, handler, key), tx, fn); err != nil {
+		return 0, err
+	}
+	return Processed, nil
+}
+
+func call(ctx context.Context, tx pgx.Tx, fn Func) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, tx)
+}
+
+func validateClaim(handler, key string) error {
+	if err := ValidateHandler(handler); err != nil {
+		return err
+	}
+	return ValidateKey(key)
+}

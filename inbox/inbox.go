@@ -1,0 +1,135 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/internal/migrate"
+	"github.com/sqsinbox/sqsinbox/internal/sqlident"
+)
+
+// Defaults for Config.
+const (
+	// DefaultSchema is the schema that holds the inbox's tables.
+	DefaultSchema = "sqsinbox"
+	// DefaultRetention is how long inbox rows are kept: 14 days, SQS's longest message retention,
+	// so the default is safe for any queue.
+	DefaultRetention = 14 * 24 * time.Hour
+	// DefaultPurgeInterval is the pause between purge runs of [Inbox.PurgeLoop].
+	DefaultPurgeInterval = time.Hour
+	// DefaultPurgeBatchSize is the number of rows one purge statement deletes.
+	DefaultPurgeBatchSize = 1000
+)
+
+// Config configures an [Inbox]. The zero value is valid and gives the defaults.
+type Config struct {
+	// Schema is the schema of the inbox's tables. It must match ^[a-z_][a-z0-9_]{0,62}$.
+	// Empty means DefaultSchema.
+	Schema string
+
+	// Retention is how long a processed row is remembered. It must be at least as long as the
+	// longest time upstream can redeliver a message (for SQS, the queue's MessageRetentionPeriod;
+	// see [Inbox.CheckRetention]). 0 means DefaultRetention (14 days); negative is an error.
+	Retention time.Duration
+
+	// PurgeInterval is the pause between purge runs in [Inbox.PurgeLoop]. 0 means
+	// DefaultPurgeInterval; negative is an error.
+	PurgeInterval time.Duration
+
+	// PurgeBatchSize is the number of rows deleted per purge statement. 0 means
+	// DefaultPurgeBatchSize; negative is an error.
+	PurgeBatchSize int
+
+	// AcceptAsyncCommit, when true, lets [Inbox.Check] pass on a server where
+	// synchronous_commit is off. That setting can lose a commit after the message was deleted:
+	// a lost message. Default false: Check refuses.
+	AcceptAsyncCommit bool
+
+	// Logger receives the purge loop's reports. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Inbox records which handler has processed which event, in the caller's PostgreSQL database.
+type Inbox struct {
+	pool     *pgxpool.Pool
+	cfg      Config
+	sql      statements
+	migrator *migrate.Migrator
+}
+
+type statements struct {
+	claim string
+}
+
+// New returns an inbox that uses pool. It does no I/O: call [Inbox.Check] at start, after
+// [Migrate].
+func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
+	if pool == nil {
+		return nil, errors.New("inbox: pool is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.PurgeInterval = cmp.Or(c.PurgeInterval, DefaultPurgeInterval)
+	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, DefaultPurgeBatchSize)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	mg, err := newMigrator(pool, c.Schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox{
+		pool:     pool,
+		cfg:      c,
+		migrator: mg,
+		sql: statements{
+			claim: "INSERT INTO " + sqlident.Quote(c.Schema, "processed_messages") +
+				" (handler, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+		},
+	}, nil
+}
+
+func (c *Config) validate() error {
+	if err := sqlident.Validate("inbox: Config.Schema", c.Schema); err != nil {
+		return err
+	}
+	if c.Retention < 0 {
+		return fmt.Errorf("inbox: Config.Retention is %v; it must be positive (0 means %v)", c.Retention, DefaultRetention)
+	}
+	if c.PurgeInterval < 0 {
+		return fmt.Errorf("inbox: Config.PurgeInterval is %v; it must be positive (0 means %v)", c.PurgeInterval, DefaultPurgeInterval)
+	}
+	if c.PurgeBatchSize < 0 {
+		return fmt.Errorf("inbox: Config.PurgeBatchSize is %d; it must be positive (0 means %d)", c.PurgeBatchSize, DefaultPurgeBatchSize)
+	}
+	return nil
+}
+
+// Schema returns the schema of the inbox's tables.
+func (ib *Inbox) Schema() string { return ib.cfg.Schema }
+
+// Retention returns how long processed rows are kept.
+func (ib *Inbox) Retention() time.Duration { return ib.cfg.Retention }
+
+// Pool returns the pool the inbox uses.
+func (ib *Inbox) Pool() *pgxpool.Pool { return ib.pool }
+
+// Check verifies, at start, that the schema is migrated and that commits are durable
+// (see [ErrAsyncCommit]). Workers call it before they receive anything.
+func (ib *Inbox) Check(ctx context.Context) error {
+	if err := ib.migrator.CheckCurrent(ctx); err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	return ib.CheckDurability(ctx)
+}

@@ -1,0 +1,72 @@
+package inbox
+
+import (
+	"context"
+	"embed"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+const versionTable = "schema_migrations"
+
+func newMigrator(pool *pgxpool.Pool, schema string) (*migrate.Migrator, error) {
+	return migrate.New(pool, migrationFS, "migrations", schema, versionTable)
+}
+
+// MigrationStatus is one of the inbox's migrations and when it was applied (zero if pending).
+type MigrationStatus struct {
+	Version   int
+	Name      string
+	AppliedAt time.Time
+}
+
+// Migrate applies the inbox's pending migrations to schema (empty means DefaultSchema) and
+// returns the versions applied. It is the only thing that creates the inbox's tables. Two
+// concurrent calls are serialised by an advisory lock.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	mg, err := newMigrator(pool, orDefault(schema))
+	if err != nil {
+		return nil, err
+	}
+	return mg.Up(ctx)
+}
+
+// MigrateDown reverts the last steps migrations of schema (every one when steps <= 0) and
+// returns the versions reverted. It drops the inbox's tables and what they remember.
+func MigrateDown(ctx context.Context, pool *pgxpool.Pool, schema string, steps int) ([]int, error) {
+	mg, err := newMigrator(pool, orDefault(schema))
+	if err != nil {
+		return nil, err
+	}
+	return mg.Down(ctx, steps)
+}
+
+// Migrations lists the inbox's migrations of schema and when each was applied.
+func Migrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]MigrationStatus, error) {
+	mg, err := newMigrator(pool, orDefault(schema))
+	if err != nil {
+		return nil, err
+	}
+	st, err := mg.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]MigrationStatus, len(st))
+	for i, s := range st {
+		out[i] = MigrationStatus{Version: s.Version, Name: s.Name, AppliedAt: s.AppliedAt}
+	}
+	return out, nil
+}
+
+func orDefault(schema string) string {
+	if schema == "" {
+		return DefaultSchema
+	}
+	return schema
+}

@@ -1,0 +1,76 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/pgpurge"
+)
+
+// PurgeResult reports one purge run.
+type PurgeResult struct {
+	// Deleted is the number of rows deleted.
+	Deleted int64
+	// Batches is the number of DELETE statements run.
+	Batches int
+	// Horizon is the database time before which rows were deleted: now() - retention, read from
+	// the server's clock.
+	Horizon time.Time
+	// Skipped is true when another process held the purge lock, so this run did nothing.
+	Skipped bool
+}
+
+// Purge deletes processed rows older than the retention, once. It deletes in batches of
+// Config.PurgeBatchSize, each its own short transaction, using the database's clock. Only one
+// process purges a schema at a time: if another holds the advisory lock, Purge returns at once
+// with Skipped set.
+func (ib *Inbox) Purge(ctx context.Context) (PurgeResult, error) {
+	return ib.PurgeOlderThan(ctx, ib.cfg.Retention, nil)
+}
+
+// PurgeOlderThan is [Inbox.Purge] with an explicit age, for operators. It refuses an age
+// shorter than the configured retention. progress, when not nil, is called after each batch
+// with the rows deleted so far.
+func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress func(deleted int64)) (PurgeResult, error) {
+	if age < ib.cfg.Retention {
+		return PurgeResult{}, fmt.Errorf("inbox: purge age %v is shorter than the retention %v: rows still needed to catch redeliveries would go", age, ib.cfg.Retention)
+	}
+	r, err := pgpurge.Run(ctx, ib.pool, pgpurge.Target{
+		Schema:    ib.cfg.Schema,
+		Table:     "processed_messages",
+		Column:    "seen_at",
+		Retention: age,
+		BatchSize: ib.cfg.PurgeBatchSize,
+		LockKey:   "sqsinbox.purge." + ib.cfg.Schema + ".processed_messages",
+		OnBatch:   progress,
+	})
+	return PurgeResult{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Skipped: r.Locked}, err
+}
+
+// PurgeLoop runs [Inbox.Purge] now and then every Config.PurgeInterval until ctx ends, logging
+// each run. Errors are logged and retried at the next interval. It returns context.Cause(ctx).
+func (ib *Inbox) PurgeLoop(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		r, err := ib.Purge(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return context.Cause(ctx)
+		case err != nil:
+			ib.cfg.Logger.ErrorContext(ctx, "inbox: purge failed", "schema", ib.cfg.Schema, "error", err)
+		case r.Skipped:
+			ib.cfg.Logger.DebugContext(ctx, "inbox: purge skipped, another process holds the lock", "schema", ib.cfg.Schema)
+		default:
+			ib.cfg.Logger.InfoContext(ctx, "inbox: purged", "schema", ib.cfg.Schema, "deleted", r.Deleted,
+				"batches", r.Batches, "horizon", r.Horizon)
+		}
+		t.Reset(ib.cfg.PurgeInterval)
+	}
+}

@@ -1,0 +1,28 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Main starts a server for a test binary, runs its tests and closes the server. Use it from
+// TestMain:
+//
+//	var db *pgtest.Server
+//	func TestMain(m *testing.M) { pgtest.Main(m, "inbox", &db) }
+//
+// When no server can be had, it prints why (naming the docker compose alternative) and exits 1:
+// the tests fail, they are never skipped.
+func Main(m *testing.M, prefix string, out **Server) {
+	s, err := Start(context.Background(), prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*out = s
+	code := m.Run()
+	s.Close()
+	os.Exit(code)
+}
