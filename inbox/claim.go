@@ -49,7 +49,9 @@ type PanicError struct {
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack) }
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack)
+}
 
 // Unwrap returns the panic value if it is an error.
 func (e *PanicError) Unwrap() error {
