@@ -1,0 +1,36 @@
+# sqsinbox: the commands a person (and CI) runs. `make help` lists them.
+SHELL := bash
+GO    ?= go
+# Tools built from the Go module proxy are kept outside the repository.
+TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sqsinbox/bin
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you).
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+.PHONY: bench
+bench: bench-inbox ## Run the benchmarks and print their tables.
+
+.PHONY: bench-inbox
+bench-inbox: ## Inbox claim-and-run against pgbench running the same SQL on the same server.
+	$(GO) test -run '^$$' -bench BenchmarkInboxVsPgbench -benchtime 1x -timeout 30m ./inbox/
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## gofmt, go vet and the curated golangci-lint set (.golangci.yml).
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(TOOLS_DIR)
+	GOBIN=$(TOOLS_DIR) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(TOOLS_DIR)/golangci-lint $@
