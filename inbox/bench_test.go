@@ -1,0 +1,159 @@
+package inbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+)
+
+// BenchmarkInboxVsPgbench measures claim-and-run through the public API against pgbench running
+// the same SQL (BEGIN; claim INSERT; [business INSERT;] COMMIT) at the same concurrency on the
+// same server, in the same run, and prints the ratio. Run it with `make bench-inbox`.
+// SQSINBOX_BENCH_SECONDS sets each run's length (default 5).
+func BenchmarkInboxVsPgbench(b *testing.B) {
+	pgbench, err := pgbenchPath()
+	if err != nil {
+		b.Fatal(err)
+	}
+	secs := 5
+	if s, err := strconv.Atoi(os.Getenv("SQSINBOX_BENCH_SECONDS")); err == nil && s > 0 {
+		secs = s
+	}
+	dur := time.Duration(secs) * time.Second
+	ctx := context.Background()
+	admin := newPool(b, 2)
+	schema := "bench_" + randHex(4)
+	if _, err := inbox.Migrate(ctx, admin, schema); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `CREATE TABLE `+schema+`.bench_rows (id bigserial PRIMARY KEY, event_id text NOT NULL, handler text NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("\ninbox claim-and-run vs pgbench (same SQL, same server, %v per run, GOMAXPROCS=%d)\n", dur, runtime.GOMAXPROCS(0))
+	fmt.Printf("%-14s %5s %12s %12s %7s %11s\n", "work", "conns", "pgbench tx/s", "inbox tx/s", "ratio", "allocs/op")
+	for _, withInsert := range []bool{false, true} {
+		work := map[bool]string{false: "claim", true: "claim+insert"}[withInsert]
+		for _, conns := range []int{1, 8, 32} {
+			reset := func() {
+				if _, err := admin.Exec(ctx, `TRUNCATE `+schema+`.processed_messages, `+schema+`.bench_rows; CHECKPOINT`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reset()
+			ref, err := runPgbench(pgbench, schema, withInsert, conns, secs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reset()
+			ours, allocs := runInbox(b, schema, withInsert, conns, dur)
+			fmt.Printf("%-14s %5d %12.0f %12.0f %7.2f %11.1f\n", work, conns, ref, ours, ours/ref, allocs)
+			b.ReportMetric(ours/ref, fmt.Sprintf("ratio-%s-c%d", work, conns))
+		}
+	}
+}
+
+func runInbox(b *testing.B, schema string, withInsert bool, conns int, dur time.Duration) (tps, allocsPerOp float64) {
+	pool := newPool(b, int32(conns))
+	ib, err := inbox.New(pool, &inbox.Config{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	insert := `INSERT INTO ` + schema + `.bench_rows (event_id, handler) VALUES ($1, 'inbox')`
+	fn := func(ctx context.Context, tx pgx.Tx) error {
+		if !withInsert {
+			return nil
+		}
+		key, _, _ := inbox.EventKey(ctx)
+		_, err := tx.Exec(ctx, insert, key)
+		return err
+	}
+	// Warm the pool's connections and statement caches outside the timed window.
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			if _, err := ib.Run(context.Background(), "bench", "warm-"+strconv.Itoa(i)+randHex(4), fn); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	var ops atomic.Int64
+	prefix := randHex(4) + "-"
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	deadline := time.Now().Add(dur)
+	start := time.Now()
+	for range conns {
+		wg.Go(func() {
+			ctx := context.Background()
+			for time.Now().Before(deadline) {
+				n := ops.Add(1)
+				if _, err := ib.Run(ctx, "bench", prefix+strconv.FormatInt(n, 10), fn); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&ms1)
+	n := ops.Load()
+	return float64(n) / elapsed.Seconds(), float64(ms1.Mallocs-ms0.Mallocs) / float64(n)
+}
+
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+func runPgbench(bin, schema string, withInsert bool, conns, secs int) (float64, error) {
+	script := "\\set k random(1, 9000000000000000)\nBEGIN;\n" +
+		"INSERT INTO " + schema + ".processed_messages (handler, event_id) VALUES ('pgbench', :k::text) ON CONFLICT DO NOTHING;\n"
+	if withInsert {
+		script += "INSERT INTO " + schema + ".bench_rows (event_id, handler) VALUES (:k::text, 'pgbench');\n"
+	}
+	script += "END;\n"
+	dir, err := os.MkdirTemp("", "pgbench-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "claim.sql")
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
+		return 0, err
+	}
+	threads := min(conns, runtime.NumCPU())
+	cmd := exec.Command(bin, "-n", "-M", "prepared", "-c", strconv.Itoa(conns), "-j", strconv.Itoa(threads),
+		"-T", strconv.Itoa(secs), "-f", file, db.URL)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+	}
+	m := tpsLine.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench printed no tps line:\n%s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+func pgbenchPath() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "pgbench")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath("pgbench")
+}
