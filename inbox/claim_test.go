@@ -379,7 +379,7 @@ func TestStepKeyIsStableAndScoped(t *testing.T) {
 	if got[0] == got[1] {
 		t.Fatalf("two events got the same step key")
 	}
-	if inbox.DeriveStepKey("payments", "evt_1", "charge") != inbox.DeriveStepKey("payments", "evt_1", "charge") {
+	if a, b := inbox.DeriveStepKey("payments", "evt_1", "charge"), inbox.DeriveStepKey("payments", "evt_1", "charge"); a != b {
 		t.Fatal("DeriveStepKey is not deterministic")
 	}
 	for _, other := range [][3]string{{"loyalty", "evt_1", "charge"}, {"payments", "evt_2", "charge"},

@@ -125,7 +125,10 @@ func KeyFromJSONField(body []byte, field string) (string, error) {
 		return "", &KeyError{What: "event key", Source: src, Err: ErrKeyNotString}
 	}
 	if err := ValidateKey(key); err != nil {
-		err.(*KeyError).Source = src
+		var ke *KeyError
+		if errors.As(err, &ke) {
+			ke.Source = src
+		}
 		return "", err
 	}
 	return key, nil

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +110,7 @@ func TestPurgeLoopRunsAndStopsWithItsContext(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM `+b.schema+`.processed_messages`) == 0
 	})
 	cancel()
-	if err := <-done; err != context.Canceled {
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("PurgeLoop = %v, want context.Canceled", err)
 	}
 }

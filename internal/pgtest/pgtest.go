@@ -86,7 +86,7 @@ func (s *Server) exec(ctx context.Context, sql string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	_, err = conn.Exec(ctx, sql)
 	return err
 }
@@ -96,7 +96,7 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cluster != nil {
-		s.cluster.stop("immediate")
+		_ = s.cluster.stop("immediate")
 		_ = os.RemoveAll(s.cluster.dir)
 		return
 	}
@@ -283,7 +283,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
