@@ -1,0 +1,492 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
+)
+
+const payBody = `{"amount":1250,"currency":"EUR"}`
+
+func TestConcurrentIdenticalRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	// The first execution holds its key until some retry has been told 409, so both kinds of
+	// answer are exercised; the deadline keeps a broken build from hanging.
+	conflict := make(chan struct{})
+	var once sync.Once
+	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		select {
+		case <-conflict:
+		case <-time.After(20 * time.Second):
+		}
+		return false
+	}
+	const n = 100
+	responses := make([]response, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			responses[i], errs[i] = b.try(t.Context(), request{keys: []string{"pay-100"}, body: payBody})
+			if errs[i] == nil && responses[i].status == http.StatusConflict {
+				once.Do(func() { close(conflict) })
+			}
+		})
+	}
+	wg.Wait()
+	var first *response
+	var conflicts, replays int
+	for i, r := range responses {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		switch {
+		case r.status == http.StatusCreated && !r.replayed():
+			if first != nil {
+				t.Fatalf("two first executions: %s and %s", first.body, r.body)
+			}
+			first = &responses[i]
+		case r.status == http.StatusConflict:
+			if code := problemCode(t, r); code != idempotency.CodeKeyInFlight {
+				t.Fatalf("409 code %q", code)
+			}
+			if r.header.Get("Retry-After") == "" {
+				t.Fatal("409 without Retry-After")
+			}
+			conflicts++
+		case r.status == http.StatusCreated && r.replayed():
+			replays++
+		default:
+			t.Fatalf("request %d: status %d body %s", i, r.status, r.body)
+		}
+	}
+	if first == nil {
+		t.Fatal("no request executed")
+	}
+	for _, r := range responses {
+		if r.replayed() && !bytes.Equal(r.body, first.body) {
+			t.Fatalf("replay %s differs from the first response %s", r.body, first.body)
+		}
+	}
+	if got := b.app.calls.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1", got)
+	}
+	if got := b.count(t, "payments"); got != 1 {
+		t.Fatalf("%d payments, want 1", got)
+	}
+	if conflicts == 0 {
+		t.Fatal("no 409 was seen")
+	}
+	t.Logf("1 execution, %d conflicts, %d replays", conflicts, replays)
+}
+
+func TestReplayIsByteIdentical(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	first := b.do(t, request{keys: []string{"k-1"}, body: payBody})
+	if first.status != http.StatusCreated || first.replayed() {
+		t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
+	}
+	for range 3 {
+		again := b.do(t, request{keys: []string{`"k-1"`}, body: payBody}) // the string form is the same key
+		if again.status != first.status || !bytes.Equal(again.body, first.body) {
+			t.Fatalf("replay %d %q, want %d %q", again.status, again.body, first.status, first.body)
+		}
+		if !again.replayed() {
+			t.Fatal("replay lacks the Idempotent-Replayed header")
+		}
+		for _, h := range []string{"Content-Type", "Location"} {
+			if again.header.Get(h) != first.header.Get(h) {
+				t.Fatalf("%s = %q, want %q", h, again.header.Get(h), first.header.Get(h))
+			}
+		}
+	}
+	if got := b.app.calls.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1", got)
+	}
+}
+
+func TestStored4xxIsReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	bad := `{"amount":-5,"currency":"EUR"}`
+	first := b.do(t, request{keys: []string{"bad-1"}, body: bad})
+	if first.status != http.StatusBadRequest || first.replayed() {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	again := b.do(t, request{keys: []string{"bad-1"}, body: bad})
+	if again.status != http.StatusBadRequest || !again.replayed() || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("replay: %d %v %s", again.status, again.replayed(), again.body)
+	}
+	if got := b.app.calls.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1", got)
+	}
+}
+
+func TestMismatchGives422(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	first := b.do(t, request{keys: []string{"m-1"}, body: payBody})
+	for _, rq := range []request{
+		{keys: []string{"m-1"}, body: `{"amount":9999,"currency":"EUR"}`},
+		{keys: []string{"m-1"}, body: payBody, method: http.MethodPatch},
+		{keys: []string{"m-1"}, body: payBody, path: "/payments?x=1"},
+	} {
+		r := b.do(t, rq)
+		if r.status != http.StatusUnprocessableEntity || problemCode(t, r) != idempotency.CodeKeyReused {
+			t.Fatalf("%+v: %d %s", rq, r.status, r.body)
+		}
+	}
+	again := b.do(t, request{keys: []string{"m-1"}, body: payBody})
+	if !again.replayed() || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("stored result changed: %s vs %s", again.body, first.body)
+	}
+	if got := b.app.calls.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1", got)
+	}
+}
+
+func TestMissingKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{RequireKey: func(r *http.Request) bool { return r.URL.Query().Has("strict") }})
+	for _, path := range []string{"/required", "/payments?strict"} {
+		r := b.do(t, request{path: path, body: payBody})
+		if r.status != http.StatusBadRequest || problemCode(t, r) != idempotency.CodeKeyMissing {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
+		}
+	}
+	if got := b.app.calls.Load(); got != 0 {
+		t.Fatalf("handler ran %d times, want 0", got)
+	}
+	// Without a key on a route that does not require one, the request passes through, with no
+	// transaction: the test app answers 500 "no transaction".
+	r := b.do(t, request{body: payBody})
+	if r.status != http.StatusInternalServerError || !strings.Contains(string(r.body), "no transaction") {
+		t.Fatalf("pass-through: %d %s", r.status, r.body)
+	}
+	// A method not covered passes through even with a key.
+	r = b.do(t, request{method: http.MethodPut, keys: []string{"put-1"}, body: payBody})
+	if r.status != http.StatusInternalServerError {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	if got := b.count(t, "idempotency_keys"); got != 0 {
+		t.Fatalf("%d keys stored, want 0", got)
+	}
+}
+
+func TestMalformedKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for _, tc := range parseCases {
+		if tc.err == nil || tc.values == nil {
+			continue // no header at all passes through on a route that does not require one
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/payments", strings.NewReader(payBody))
+			req.Header.Set("X-Client-Id", "client-a")
+			for _, v := range tc.values {
+				req.Header.Add(idempotency.HeaderKey, v)
+			}
+			rec := httptest.NewRecorder()
+			b.srv.Config.Handler.ServeHTTP(rec, req)
+			r := response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("status %d, body %s", r.status, r.body)
+			}
+			if code := problemCode(t, r); code != idempotency.CodeKeyInvalid && code != idempotency.CodeKeyMissing {
+				t.Fatalf("code %q", code)
+			}
+		})
+	}
+	// The same over the wire, for the values a client can send.
+	for _, keys := range [][]string{{`""`}, {"a", "b"}, {`"a", "b"`}, {"a;p=1"}, {strings.Repeat("x", 256)}, {`"open`}, {"a b"}} {
+		r := b.do(t, request{keys: keys, body: payBody})
+		if r.status != http.StatusBadRequest || problemCode(t, r) != idempotency.CodeKeyInvalid {
+			t.Fatalf("%q: %d %s", keys, r.status, r.body)
+		}
+	}
+	if got := b.app.calls.Load(); got != 0 {
+		t.Fatalf("handler ran %d times, want 0", got)
+	}
+	if got := b.count(t, "idempotency_keys"); got != 0 {
+		t.Fatalf("%d keys stored, want 0", got)
+	}
+}
+
+func TestCrossClientIsolation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	a1 := b.do(t, request{client: "alice", keys: []string{"same"}, body: payBody})
+	b1 := b.do(t, request{client: "bob", keys: []string{"same"}, body: payBody})
+	if a1.replayed() || b1.replayed() || bytes.Equal(a1.body, b1.body) {
+		t.Fatalf("clients shared a response: %s / %s", a1.body, b1.body)
+	}
+	a2 := b.do(t, request{client: "alice", keys: []string{"same"}, body: payBody})
+	b2 := b.do(t, request{client: "bob", keys: []string{"same"}, body: payBody})
+	if !bytes.Equal(a2.body, a1.body) || !bytes.Equal(b2.body, b1.body) || !a2.replayed() || !b2.replayed() {
+		t.Fatalf("replays crossed clients: alice %s->%s, bob %s->%s", a1.body, a2.body, b1.body, b2.body)
+	}
+	if got := b.app.calls.Load(); got != 2 {
+		t.Fatalf("handler ran %d times, want 2", got)
+	}
+	// Neither the raw key nor the client is stored.
+	var n int
+	if err := b.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+b.schema+".idempotency_keys WHERE position('same'::bytea in key_hash) > 0 OR position('alice'::bytea in key_hash) > 0").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("raw key stored? n=%d err=%v", n, err)
+	}
+}
+
+func TestNoPrincipalGives401(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/payments", strings.NewReader(payBody))
+	req.Header.Set(idempotency.HeaderKey, "k")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+}
+
+func TestOnlyAllowListedHeadersReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	first := b.do(t, request{keys: []string{"h-1"}, body: payBody})
+	if first.header.Get("Set-Cookie") == "" || first.header.Get("X-Not-Replayed") == "" {
+		t.Fatalf("the first response lacks the handler's headers: %v", first.header)
+	}
+	again := b.do(t, request{keys: []string{"h-1"}, body: payBody})
+	for _, h := range []string{"Set-Cookie", "X-Not-Replayed"} {
+		if v := again.header.Values(h); len(v) != 0 {
+			t.Fatalf("replay carries %s: %q", h, v)
+		}
+	}
+	if again.header.Get("Location") == "" || again.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("replay lost allow-listed headers: %v", again.header)
+	}
+}
+
+func TestKeyPastTTLRunsAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	first := b.do(t, request{keys: []string{"ttl-1"}, body: payBody})
+	// Age the row past the TTL by the database's clock.
+	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - make_interval(secs => $1) - interval '1 second'",
+		b.mw.TTL().Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	// A different body too: an expired key is a new request, not a mismatch.
+	second := b.do(t, request{keys: []string{"ttl-1"}, body: `{"amount":7,"currency":"USD"}`})
+	if second.status != http.StatusCreated || second.replayed() || bytes.Equal(second.body, first.body) {
+		t.Fatalf("expired key: %d replayed=%v %s", second.status, second.replayed(), second.body)
+	}
+	third := b.do(t, request{keys: []string{"ttl-1"}, body: `{"amount":7,"currency":"USD"}`})
+	if !third.replayed() || !bytes.Equal(third.body, second.body) {
+		t.Fatalf("after renewal: replayed=%v %s", third.replayed(), third.body)
+	}
+	if got := b.app.calls.Load(); got != 2 {
+		t.Fatalf("handler ran %d times, want 2", got)
+	}
+}
+
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.do(t, request{keys: []string{"old"}, body: payBody})
+	b.do(t, request{keys: []string{"new"}, body: payBody})
+	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - interval '25 hours' WHERE ctid = (SELECT min(ctid) FROM "+b.schema+".idempotency_keys)"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.mw.Purge(t.Context())
+	if err != nil || res.Deleted != 1 || res.Skipped {
+		t.Fatalf("Purge = %+v, %v", res, err)
+	}
+	if got := b.count(t, "idempotency_keys"); got != 1 {
+		t.Fatalf("%d keys left, want 1", got)
+	}
+}
+
+func TestFailedAttemptRollsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	fail := "panic"
+	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		switch fail {
+		case "panic":
+			panic("boom")
+		case "5xx":
+			http.Error(w, "upstream down", http.StatusBadGateway)
+			return true
+		}
+		return false
+	}
+	r := b.do(t, request{keys: []string{"f-1"}, body: payBody})
+	if r.status != http.StatusInternalServerError || problemCode(t, r) != idempotency.CodeInternal {
+		t.Fatalf("panic: %d %s", r.status, r.body)
+	}
+	fail = "5xx"
+	r = b.do(t, request{keys: []string{"f-1"}, body: payBody})
+	if r.status != http.StatusBadGateway || r.replayed() {
+		t.Fatalf("5xx: %d %s", r.status, r.body)
+	}
+	if got := b.count(t, "payments") + b.count(t, "idempotency_keys"); got != 0 {
+		t.Fatalf("a failed attempt left %d rows", got)
+	}
+	fail = ""
+	r = b.do(t, request{keys: []string{"f-1"}, body: payBody})
+	if r.status != http.StatusCreated || r.replayed() {
+		t.Fatalf("retry: %d %s", r.status, r.body)
+	}
+	if got := b.app.calls.Load(); got != 3 {
+		t.Fatalf("handler ran %d times, want 3", got)
+	}
+	if got := b.count(t, "payments"); got != 1 {
+		t.Fatalf("%d payments, want 1", got)
+	}
+}
+
+func TestResponseTooLargeIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{MaxResponseBytes: 64})
+	var writeErr error
+	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		w.WriteHeader(http.StatusCreated)
+		_, writeErr = w.Write(bytes.Repeat([]byte("x"), 100))
+		return true
+	}
+	r := b.do(t, request{keys: []string{"big"}, body: payBody})
+	if r.status != http.StatusInternalServerError || problemCode(t, r) != idempotency.CodeResponseTooLarge {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if writeErr != idempotency.ErrResponseTooLarge {
+		t.Fatalf("Write error %v", writeErr)
+	}
+	if got := b.count(t, "payments") + b.count(t, "idempotency_keys"); got != 0 {
+		t.Fatalf("a refused response left %d rows", got)
+	}
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{MaxBodyBytes: 16})
+	r := b.do(t, request{keys: []string{"big"}, body: payBody})
+	if r.status != http.StatusRequestEntityTooLarge || problemCode(t, r) != idempotency.CodeBodyTooLarge {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	// Unknown length (chunked): the limit holds while reading.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/payments", struct{ *strings.Reader }{strings.NewReader(payBody)})
+	req.Header.Set("X-Client-Id", "client-a")
+	req.Header.Set(idempotency.HeaderKey, "big")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge || req.ContentLength != 0 {
+		t.Fatalf("chunked: %d (length %d)", res.StatusCode, req.ContentLength)
+	}
+	if b.app.calls.Load() != 0 || b.count(t, "idempotency_keys") != 0 {
+		t.Fatal("an oversized request was processed or stored")
+	}
+}
+
+func TestRetryDuringAttemptGets409ThenReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		close(entered)
+		<-release
+		return false
+	}
+	done := make(chan response, 1)
+	go func() {
+		r, _ := b.try(context.Background(), request{keys: []string{"slow"}, body: payBody})
+		done <- r
+	}()
+	<-entered
+	r := b.do(t, request{keys: []string{"slow"}, body: payBody})
+	if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" || problemCode(t, r) != idempotency.CodeKeyInFlight {
+		t.Fatalf("during: %d %v %s", r.status, r.header, r.body)
+	}
+	// A retry with a different body while in flight is also told to wait, not run.
+	if r := b.do(t, request{keys: []string{"slow"}, body: `{"amount":1,"currency":"EUR"}`}); r.status != http.StatusConflict {
+		t.Fatalf("different body during: %d", r.status)
+	}
+	close(release)
+	first := <-done
+	again := b.do(t, request{keys: []string{"slow"}, body: payBody})
+	if first.status != http.StatusCreated || !again.replayed() || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("after: first %d %s, again %s", first.status, first.body, again.body)
+	}
+}
+
+func TestLeaseEndsASlowAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{Lease: 300 * time.Millisecond})
+	slow := true
+	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		if slow {
+			<-r.Context().Done()
+		}
+		return false
+	}
+	r := b.do(t, request{keys: []string{"lease"}, body: payBody})
+	if r.status != http.StatusServiceUnavailable || problemCode(t, r) != idempotency.CodeLeaseExpired {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	slow = false
+	r = b.do(t, request{keys: []string{"lease"}, body: payBody})
+	if r.status != http.StatusCreated || r.replayed() {
+		t.Fatalf("retry: %d %s", r.status, r.body)
+	}
+	if got := b.count(t, "payments"); got != 1 {
+		t.Fatalf("%d payments, want 1", got)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	p := sharedPool(t)
+	for _, tc := range []struct {
+		field string
+		cfg   idempotency.Config
+	}{
+		{"Principal", idempotency.Config{}},
+		{"Schema", idempotency.Config{Principal: principal, Schema: "Bad-Name"}},
+		{"TTL", idempotency.Config{Principal: principal, TTL: time.Hour}},
+		{"Lease", idempotency.Config{Principal: principal, Lease: -time.Second}},
+		{"Wait", idempotency.Config{Principal: principal, Lease: time.Second, Wait: 2 * time.Second}},
+		{"ReplayHeaders", idempotency.Config{Principal: principal, ReplayHeaders: []string{"set-cookie"}}},
+		{"Methods", idempotency.Config{Principal: principal, Methods: []string{"post"}}},
+		{"MaxBodyBytes", idempotency.Config{Principal: principal, MaxBodyBytes: -1}},
+		{"MaxResponseBytes", idempotency.Config{Principal: principal, MaxResponseBytes: -1}},
+		{"RetryAfter", idempotency.Config{Principal: principal, RetryAfter: -1}},
+		{"PurgeInterval", idempotency.Config{Principal: principal, PurgeInterval: -1}},
+		{"PurgeBatchSize", idempotency.Config{Principal: principal, PurgeBatchSize: -1}},
+	} {
+		_, err := idempotency.New(p, &tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
+			t.Errorf("%s: err = %v", tc.field, err)
+		}
+	}
+	if _, err := idempotency.New(p, &idempotency.Config{Principal: principal}); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	mw, _ := idempotency.New(p, &idempotency.Config{Principal: principal, Schema: "not_migrated"})
+	if err := mw.Check(t.Context()); err == nil {
+		t.Fatal("Check passed on an unmigrated schema")
+	}
+}

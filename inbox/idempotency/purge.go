@@ -1,0 +1,54 @@
+package idempotency
+
+import (
+	"context"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/pgpurge"
+)
+
+// Purge deletes stored keys older than the TTL, once, with the inbox's purge machinery:
+// batches of Config.PurgeBatchSize, each its own short transaction, by the database's clock,
+// on one process at a time (if another holds the advisory lock, Purge returns at once with
+// Skipped set). An attempt in flight is never deleted: its row is not committed.
+func (m *Middleware) Purge(ctx context.Context) (inbox.PurgeResult, error) {
+	r, err := pgpurge.Run(ctx, m.pool, pgpurge.Target{
+		Schema:    m.cfg.Schema,
+		Table:     table,
+		Column:    "created_at",
+		Retention: m.cfg.TTL,
+		BatchSize: m.cfg.PurgeBatchSize,
+		LockKey:   "sqsinbox.purge." + m.cfg.Schema + "." + table,
+	})
+	return inbox.PurgeResult{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Skipped: r.Locked}, err
+}
+
+// PurgeLoop runs [Middleware.Purge] now and then every Config.PurgeInterval until ctx ends,
+// logging each run. Errors are logged and retried at the next interval. It returns
+// context.Cause(ctx).
+func (m *Middleware) PurgeLoop(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	log := m.cfg.Logger
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		r, err := m.Purge(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return context.Cause(ctx)
+		case err != nil:
+			log.ErrorContext(ctx, "idempotency: purge failed", "schema", m.cfg.Schema, "error", err)
+		case r.Skipped:
+			log.DebugContext(ctx, "idempotency: purge skipped, another process holds the lock", "schema", m.cfg.Schema)
+		default:
+			log.InfoContext(ctx, "idempotency: purged", "schema", m.cfg.Schema, "deleted", r.Deleted,
+				"batches", r.Batches, "horizon", r.Horizon)
+		}
+		t.Reset(m.cfg.PurgeInterval)
+	}
+}

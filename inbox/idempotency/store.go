@@ -1,0 +1,185 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+const table = "idempotency_keys"
+
+type statements struct {
+	claim, reread, takeover, complete string
+}
+
+func newStatements(t string) statements {
+	return statements{
+		// The INSERT is the lock. On a fresh key it returns one row, fresh. On a key committed
+		// before the statement began, the SELECT (same snapshot) returns the stored row. On a key
+		// held by an uncommitted attempt, the INSERT waits up to lock_timeout: a timeout is a 409;
+		// a commit there returns no row at all (the snapshot predates it), so the caller reads
+		// again; a rollback there lets the INSERT in.
+		claim: `WITH ins AS (
+	INSERT INTO ` + t + ` (key_hash, fingerprint) VALUES ($1, $2)
+	ON CONFLICT (key_hash) DO NOTHING
+	RETURNING 1
+)
+SELECT true, NULL::bytea, NULL::smallint, NULL::jsonb, NULL::bytea, false FROM ins
+UNION ALL
+SELECT false, fingerprint, status, headers, body, created_at <= now() - make_interval(secs => $3)
+FROM ` + t + ` WHERE key_hash = $1 AND NOT EXISTS (SELECT FROM ins)`,
+		reread: `SELECT false, fingerprint, status, headers, body, created_at <= now() - make_interval(secs => $2)
+FROM ` + t + ` WHERE key_hash = $1`,
+		// An expired row is a new request: the attempt takes the row over in its transaction.
+		takeover: `UPDATE ` + t + ` SET fingerprint = $2, status = NULL, headers = NULL, body = NULL, created_at = now()
+WHERE key_hash = $1 AND created_at <= now() - make_interval(secs => $3)`,
+		complete: `UPDATE ` + t + ` SET status = $2, headers = $3, body = $4 WHERE key_hash = $1 AND status IS NULL`,
+	}
+}
+
+// stored is a row as claim finds it.
+type stored struct {
+	fresh       bool
+	fingerprint []byte
+	status      *int16
+	headers     []byte
+	body        []byte
+	expired     bool
+}
+
+// errInFlight means another attempt holds the key.
+var errInFlight = errors.New("idempotency: the key is in flight")
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}
+
+// claim inserts the key in tx or finds its stored response. tx was begun with lock_timeout set
+// to the wait; claim resets it, so the handler's own statements wait as they normally would.
+func (m *Middleware) claim(ctx context.Context, tx pgx.Tx, kh, fp []byte) (stored, error) {
+	ttl := m.cfg.TTL.Seconds()
+	for range 3 {
+		var b pgx.Batch
+		b.Queue(m.sql.claim, kh, fp, ttl)
+		b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+		br := tx.SendBatch(ctx, &b)
+		row, found, err := scanStored(br.QueryRow())
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			if isLockTimeout(err) {
+				return stored{}, errInFlight
+			}
+			return stored{}, err
+		}
+		if !found {
+			// The attempt we waited for committed after our snapshot: read its row.
+			row, found, err = scanStored(tx.QueryRow(ctx, m.sql.reread, kh, ttl))
+			if err != nil {
+				return stored{}, err
+			}
+			if !found {
+				continue // purged meanwhile: claim again
+			}
+		}
+		if row.fresh || !row.expired {
+			return row, nil
+		}
+		ok, err := m.takeover(ctx, tx, kh, fp)
+		if err != nil {
+			return stored{}, err
+		}
+		if ok {
+			return stored{fresh: true}, nil
+		}
+		// Another attempt took the expired row over and committed: look again.
+	}
+	return stored{}, errInFlight
+}
+
+func (m *Middleware) takeover(ctx context.Context, tx pgx.Tx, kh, fp []byte) (bool, error) {
+	var b pgx.Batch
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", m.waitMs))
+	b.Queue(m.sql.takeover, kh, fp, m.cfg.TTL.Seconds())
+	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	br := tx.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if isLockTimeout(err) {
+		return false, errInFlight
+	}
+	return tag.RowsAffected() == 1, err
+}
+
+func scanStored(row pgx.Row) (stored, bool, error) {
+	var s stored
+	err := row.Scan(&s.fresh, &s.fingerprint, &s.status, &s.headers, &s.body, &s.expired)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, false, nil
+	}
+	return s, err == nil, err
+}
+
+// complete stores the response in the attempt's transaction.
+func (m *Middleware) complete(ctx context.Context, tx pgx.Tx, kh []byte, status int, h http.Header, body []byte) error {
+	hj, err := encodeHeaders(h, m.replay)
+	if err != nil {
+		return err
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	tag, err := tx.Exec(ctx, m.sql.complete, kh, status, hj, body)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("idempotency: the attempt's row was not found to complete")
+	}
+	return nil
+}
+
+// encodeHeaders keeps the allow-listed headers, in a stable order, as JSON [[name, value], ...].
+func encodeHeaders(h http.Header, allow map[string]bool) ([]byte, error) {
+	pairs := [][2]string{}
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		if !allow[http.CanonicalHeaderKey(name)] {
+			continue
+		}
+		for _, v := range h[name] {
+			pairs = append(pairs, [2]string{name, v})
+		}
+	}
+	return json.Marshal(pairs)
+}
+
+func decodeHeaders(b []byte) ([][2]string, error) {
+	var pairs [][2]string
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, nil
+	}
+	err := json.Unmarshal(b, &pairs)
+	return pairs, err
+}
