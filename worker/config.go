@@ -1,0 +1,159 @@
+package worker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	// DefaultConcurrency is the number of handlers in flight at most.
+	DefaultConcurrency = 10
+	// DefaultBatchSize is the number of messages one ReceiveMessage asks for at most (SQS's limit).
+	DefaultBatchSize = 10
+	// DefaultWaitTime is the long-poll wait of ReceiveMessage (SQS's limit).
+	DefaultWaitTime = 20 * time.Second
+	// DefaultHandlerTimeout is how long a handler may run.
+	DefaultHandlerTimeout = 5 * time.Minute
+	// DefaultShutdownTimeout is how long Stop lets in-flight handlers finish before it cancels
+	// them. It fits in ECS's default stop timeout of 30 s between SIGTERM and SIGKILL.
+	DefaultShutdownTimeout = 25 * time.Second
+	// DefaultBackoffMin is the redelivery delay after the first failed receive.
+	DefaultBackoffMin = time.Second
+	// DefaultBackoffMax caps the redelivery delay.
+	DefaultBackoffMax = 5 * time.Minute
+	// DefaultDeleteInterval is how long a successful message waits, at most, for its batched
+	// delete to be sent.
+	DefaultDeleteInterval = 20 * time.Millisecond
+	// DefaultMaxPollers caps the default number of pollers.
+	DefaultMaxPollers = 16
+)
+
+// Limits that SQS sets.
+const (
+	// MaxVisibility is the longest visibility timeout, and the longest a message can stay
+	// invisible counted from its first receive.
+	MaxVisibility = 12 * time.Hour
+	// MaxWaitTime is the longest long-poll wait.
+	MaxWaitTime = 20 * time.Second
+	// MaxBatchSize is the most messages one ReceiveMessage returns.
+	MaxBatchSize = 10
+)
+
+// Config configures a [Worker].
+type Config struct {
+	// QueueURL is the queue's URL. Either it or QueueName must be set; QueueURL wins.
+	QueueURL string
+
+	// QueueName is the queue's name, looked up with GetQueueUrl at start when QueueURL is empty.
+	QueueName string
+
+	// Handler processes each message. Required. If it implements [QueueChecker], Start calls it.
+	Handler Handler
+
+	// Concurrency is the most handlers in flight at once; the worker never holds more received
+	// messages than it can start. 0 means DefaultConcurrency (10); negative is an error.
+	Concurrency int
+
+	// Pollers is the number of goroutines that call ReceiveMessage. 0 means enough to fill
+	// Concurrency with full batches (Concurrency/BatchSize rounded up), at most
+	// DefaultMaxPollers; negative is an error.
+	Pollers int
+
+	// BatchSize is the most messages one ReceiveMessage asks for, 1 to 10. 0 means
+	// DefaultBatchSize (10).
+	BatchSize int
+
+	// WaitTime is the long-poll wait of ReceiveMessage, whole seconds up to 20 s. 0 means
+	// DefaultWaitTime (20 s); negative means short polling (the worker then pauses briefly after an
+	// empty receive). The SQS client's HTTP timeout, if it has one, must be longer.
+	WaitTime time.Duration
+
+	// VisibilityTimeout is the visibility timeout asked for on receive, and the extension of each
+	// heartbeat (every third of it, while a handler runs). Whole seconds, up to 12 h. 0 means the
+	// queue's own; negative is an error.
+	VisibilityTimeout time.Duration
+
+	// HandlerTimeout is how long a handler may run before its context is cancelled with
+	// [ErrHandlerTimeout]. At most 12 h (SQS's cap). 0 means DefaultHandlerTimeout (5 min);
+	// negative means no timeout.
+	HandlerTimeout time.Duration
+
+	// ShutdownTimeout is how long [Worker.Stop] lets in-flight handlers finish before it cancels
+	// them with [ErrStopping]. 0 means DefaultShutdownTimeout (25 s); negative is an error.
+	ShutdownTimeout time.Duration
+
+	// Backoff gives the redelivery delay of a failed message from its receive count (1 on the
+	// first delivery). The result is rounded up to whole seconds and capped by SQS's 12-hour
+	// limit. nil means ExponentialBackoff(DefaultBackoffMin, DefaultBackoffMax).
+	Backoff func(receiveCount int) time.Duration
+
+	// DeleteInterval is how long a successful message waits, at most, for its delete to be sent
+	// in a batch of up to 10. 0 means DefaultDeleteInterval (20 ms); negative is an error.
+	DeleteInterval time.Duration
+
+	// Logger receives the worker's logs. Message bodies are never logged. nil means
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Metrics receives counters and histograms. nil means none.
+	Metrics Metrics
+}
+
+func (c *Config) setDefaults() {
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	if c.BatchSize > 0 && c.Concurrency > 0 {
+		c.Pollers = cmp.Or(c.Pollers, min((c.Concurrency+c.BatchSize-1)/c.BatchSize, DefaultMaxPollers))
+	}
+	c.WaitTime = cmp.Or(c.WaitTime, DefaultWaitTime)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.DeleteInterval = cmp.Or(c.DeleteInterval, DefaultDeleteInterval)
+	if c.Backoff == nil {
+		c.Backoff = ExponentialBackoff(DefaultBackoffMin, DefaultBackoffMax)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.QueueURL == "" && c.QueueName == "":
+		return errors.New("worker: Config.QueueURL or Config.QueueName must be set")
+	case c.Handler == nil:
+		return errors.New("worker: Config.Handler is nil")
+	case c.Concurrency < 0:
+		return fmt.Errorf("worker: Config.Concurrency is %d; it must be positive (0 means %d)", c.Concurrency, DefaultConcurrency)
+	case c.Pollers < 0:
+		return fmt.Errorf("worker: Config.Pollers is %d; it must be positive (0 means a default)", c.Pollers)
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("worker: Config.BatchSize is %d; it must be 1 to %d (0 means %d)", c.BatchSize, MaxBatchSize, DefaultBatchSize)
+	case c.WaitTime > MaxWaitTime || (c.WaitTime > 0 && c.WaitTime%time.Second != 0):
+		return fmt.Errorf("worker: Config.WaitTime is %v; it must be whole seconds up to %v (0 means %v, negative means short polling)", c.WaitTime, MaxWaitTime, DefaultWaitTime)
+	case c.VisibilityTimeout < 0 || c.VisibilityTimeout > MaxVisibility || c.VisibilityTimeout%time.Second != 0:
+		return fmt.Errorf("worker: Config.VisibilityTimeout is %v; it must be whole seconds up to %v (0 means the queue's)", c.VisibilityTimeout, MaxVisibility)
+	case c.HandlerTimeout > MaxVisibility:
+		return fmt.Errorf("worker: Config.HandlerTimeout is %v; SQS cannot keep a message invisible longer than %v", c.HandlerTimeout, MaxVisibility)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("worker: Config.ShutdownTimeout is %v; it must be positive (0 means %v)", c.ShutdownTimeout, DefaultShutdownTimeout)
+	case c.DeleteInterval < 0:
+		return fmt.Errorf("worker: Config.DeleteInterval is %v; it must be positive (0 means %v)", c.DeleteInterval, DefaultDeleteInterval)
+	}
+	return nil
+}
+
+// waitSeconds is the WaitTimeSeconds of ReceiveMessage.
+func (c *Config) waitSeconds() int32 {
+	if c.WaitTime < 0 {
+		return 0
+	}
+	return int32(c.WaitTime / time.Second)
+}

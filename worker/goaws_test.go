@@ -1,0 +1,253 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// TestDrainGoAws (GoAws) drains a few thousand messages and fails if any message waited out a
+// visibility timeout: the SDK's retry of a ReceiveMessage whose connection was closed under the
+// response would lose up to ten messages to it (EMULATORS.md). PlainRequestBodies prevents it.
+func TestDrainGoAws(t *testing.T) {
+	t.Parallel()
+	const n = 3000
+	vis := 30 * time.Second
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "drain", VisibilityTimeout: vis})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(n, "m")); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	start := time.Now()
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 32, WaitTime: time.Second,
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			rec.add(string(m.Body))
+			return nil
+		})})
+	sqstest.WaitFor(t, vis-5*time.Second, "every message handled", func() (bool, string) {
+		return rec.distinct() == n, fmt.Sprintf("%d of %d handled after %v", rec.distinct(), n, time.Since(start))
+	})
+	t.Logf("drained %d messages in %v", n, time.Since(start))
+	stopWorker(t, w)
+	waitCount(t, c, q.URL, 0, 10*time.Second)
+	if d := rec.dupes(); d != 0 {
+		t.Errorf("%d messages were handled twice", d)
+	}
+}
+
+// TestRetryGoAws (GoAws): a failed message comes back after the backoff, not the visibility
+// timeout, and is deleted once it succeeds.
+func TestRetryGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "retry", VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 5})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(20, "r")); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	met := newTestMetrics()
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+		Backoff: func(int) time.Duration { return time.Second },
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if rec.add(string(m.Body)) == 1 {
+				return errors.New("first attempt fails")
+			}
+			return nil
+		})})
+	waitCount(t, c, q.URL, 0, 20*time.Second)
+	stopWorker(t, w)
+	for i := range 20 {
+		if got := rec.count(fmt.Sprintf("r%d", i)); got != 2 {
+			t.Errorf("r%d handled %d times, want 2", i, got)
+		}
+	}
+	if got := met.get(worker.Failed); got != 20 {
+		t.Errorf("failed = %d, want 20", got)
+	}
+	if got := met.get(worker.Deleted); got != 20 {
+		t.Errorf("deleted = %d, want 20", got)
+	}
+}
+
+// TestPoisonToDLQGoAws (GoAws): a message that always fails reaches the DLQ through the redrive
+// policy; it is never deleted by the worker.
+func TestPoisonToDLQGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "poison", MaxReceiveCount: 2})
+	if err := sqstest.Send(t.Context(), c, q.URL, []sqstest.Message{{Body: "poison"}}); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second,
+		Backoff: func(int) time.Duration { return 0 },
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			calls.Add(1)
+			return errors.New("always fails")
+		})})
+	waitCount(t, c, q.DLQURL, 1, 20*time.Second)
+	stopWorker(t, w)
+	if got := calls.Load(); got != 2 {
+		t.Errorf("handler called %d times, want maxReceiveCount = 2", got)
+	}
+}
+
+// TestDiscardGoAws (GoAws): Discard deletes without retry.
+func TestDiscardGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "discard", MaxReceiveCount: 3})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(5, "d")); err != nil {
+		t.Fatal(err)
+	}
+	met := newTestMetrics()
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			return worker.Discard("unknown schema version")
+		})})
+	waitCount(t, c, q.URL, 0, 20*time.Second)
+	stopWorker(t, w)
+	waitCount(t, c, q.DLQURL, 0, time.Second)
+	if got := met.get(worker.Discarded); got != 5 {
+		t.Errorf("discarded = %d, want 5", got)
+	}
+}
+
+// TestStartChecksGoAws (GoAws): Start reads the queue, finds it by name, and refuses what it must.
+func TestStartChecksGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "checks", MaxReceiveCount: 4, Retention: 2 * time.Hour})
+	h := worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })
+
+	t.Run("by name", func(t *testing.T) {
+		var seen *worker.Queue
+		w, err := worker.New(c, &worker.Config{QueueName: q.Name, WaitTime: time.Second,
+			Handler: checker{h, func(q *worker.Queue) error { seen = q; return nil }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		stopWorker(t, w)
+		if seen == nil || seen.URL != q.URL {
+			t.Fatalf("checker saw %+v, want URL %s", seen, q.URL)
+		}
+		if seen.MaxReceiveCount != 4 || seen.DeadLetterTargetARN == "" {
+			t.Errorf("redrive policy = %q, %d", seen.DeadLetterTargetARN, seen.MaxReceiveCount)
+		}
+		if seen.MessageRetentionPeriod != 2*time.Hour || seen.RedeliveryHorizon() != 14*24*time.Hour {
+			t.Errorf("retention %v, horizon %v; want 2h and the DLQ's 14 days", seen.MessageRetentionPeriod, seen.RedeliveryHorizon())
+		}
+		if seen.VisibilityTimeout != 30*time.Second {
+			t.Errorf("visibility = %v", seen.VisibilityTimeout)
+		}
+	})
+	t.Run("checker refuses", func(t *testing.T) {
+		refuse := errors.New("retention too short")
+		w, err := worker.New(c, &worker.Config{QueueURL: q.URL, Handler: checker{h, func(*worker.Queue) error { return refuse }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); !errors.Is(err, refuse) {
+			t.Fatalf("Start = %v, want the checker's error", err)
+		}
+	})
+	t.Run("missing queue", func(t *testing.T) {
+		w, err := worker.New(c, &worker.Config{QueueName: "no-such-queue-" + q.Name, Handler: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "no-such-queue") {
+			t.Fatalf("Start = %v, want an error naming the queue", err)
+		}
+	})
+}
+
+type checker struct {
+	worker.Handler
+	check func(*worker.Queue) error
+}
+
+func (c checker) CheckQueue(_ context.Context, q *worker.Queue) error { return c.check(q) }
+
+// TestStopUnderLoadGoAws (GoAws): Stop in the middle of a drain loses nothing. Every message is
+// either handled and deleted, or still in the queue (released ones included), and no goroutine is
+// left (goleak in TestMain).
+func TestStopUnderLoadGoAws(t *testing.T) {
+	t.Parallel()
+	const n = 1500
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "stopload"})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(n, "s")); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	met := newTestMetrics()
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second, Metrics: met,
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			rec.add(string(m.Body))
+			return nil
+		})})
+	sqstest.WaitFor(t, 20*time.Second, "a third handled", func() (bool, string) {
+		return rec.distinct() >= n/3, fmt.Sprint(rec.distinct())
+	})
+	stopWorker(t, w)
+	handled := rec.distinct()
+	if handled == n {
+		t.Fatal("the queue drained before Stop; the test did not test anything")
+	}
+	if met.get(worker.Deleted) != met.get(worker.Processed) {
+		t.Errorf("deleted %d != processed %d after Stop", met.get(worker.Deleted), met.get(worker.Processed))
+	}
+	waitCount(t, c, q.URL, n-handled, 10*time.Second)
+}
+
+// TestStartStopStressGoAws (GoAws): many short-lived workers on one queue; every message is
+// handled, and each at most once when its delete succeeded.
+func TestStartStopStressGoAws(t *testing.T) {
+	t.Parallel()
+	const n = 600
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "stress"})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(n, "x")); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	for i := 0; rec.distinct() < n; i++ {
+		if i > 100 {
+			t.Fatalf("only %d of %d handled after %d workers", rec.distinct(), n, i)
+		}
+		target := min(n, rec.distinct()+n/20)
+		w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 1 + i%20, WaitTime: time.Second,
+			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+				rec.add(string(m.Body))
+				return nil
+			})})
+		sqstest.WaitFor(t, 20*time.Second, "some messages handled", func() (bool, string) {
+			return rec.distinct() >= target, fmt.Sprint(rec.distinct())
+		})
+		if i%2 == 0 {
+			stopWorker(t, w)
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := w.StopAndCancel(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+		}
+	}
+	waitCount(t, c, q.URL, 0, 10*time.Second)
+	if d := rec.dupes(); d != 0 {
+		t.Errorf("%d messages handled twice", d)
+	}
+}

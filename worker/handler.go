@@ -1,0 +1,32 @@
+package worker
+
+import "context"
+
+// Handler processes one message. Its return value steers SQS:
+//
+//   - nil: the work is done; the message is deleted.
+//   - [ErrDuplicate]: the work was done before; the message is deleted and counted as a duplicate.
+//   - [Discard]: the message cannot be processed; it is deleted without effect, logged, counted.
+//   - [RetryAfter]: the message is delivered again after the given delay.
+//   - [Unavailable]: as any error, and the pollers pause (a dependency is down).
+//   - any other error, a panic or a timeout: the message is delivered again after the backoff and
+//     reaches the dead-letter queue through the queue's redrive policy.
+//
+// ctx is cancelled, with a cause from [ErrLeaseLost], [ErrStopping] and [ErrHandlerTimeout],
+// when the handler must give up; its work must then not commit.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to [Handler].
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f(ctx, m).
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// QueueChecker is implemented by a handler that must check the queue before the worker receives
+// anything (the inbox adapter checks its retention against the queue's). [Worker.Start] calls it
+// after it has read the queue's attributes, and fails if it fails.
+type QueueChecker interface {
+	CheckQueue(ctx context.Context, q *Queue) error
+}

@@ -1,0 +1,171 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"go.uber.org/goleak"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// Tests named ...GoAws run against a real SQS-compatible server: GoAws started by sqstest, or the
+// server AWS_ENDPOINT_URL_SQS names. Tests named ...Fake use the fault-injecting fake.
+var srv *sqstest.Server
+
+func TestMain(m *testing.M) {
+	if os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
+		defer goleak.VerifyNone(nil, goleak.IgnoreCurrent(),
+			// Idle keep-alive connections of the SDK's HTTP client.
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	}
+	sqstest.Main(m, &srv)
+}
+
+func newClient(t testing.TB) *sqs.Client {
+	t.Helper()
+	c, err := srv.NewClient(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testLogger logs to t at level Warn and above, and stops when t ends.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(&tlogHandler{t: t, h: slog.NewTextHandler(io.Discard, nil)})
+}
+
+type tlogHandler struct {
+	t  testing.TB
+	h  slog.Handler
+	mu sync.Mutex
+}
+
+func (h *tlogHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *tlogHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Level.String() + " " + r.Message)
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	defer func() { _ = recover() }() // t.Log after the test ended panics
+	h.t.Log(b.String())
+	return nil
+}
+func (h *tlogHandler) WithAttrs(as []slog.Attr) slog.Handler { return h }
+func (h *tlogHandler) WithGroup(string) slog.Handler         { return h }
+
+// recorder counts handler calls per message body.
+type recorder struct {
+	mu    sync.Mutex
+	calls map[string]int
+	total int
+}
+
+func newRecorder() *recorder { return &recorder{calls: map[string]int{}} }
+
+func (r *recorder) add(body string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[body]++
+	r.total++
+	return r.calls[body]
+}
+
+func (r *recorder) distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+func (r *recorder) count(body string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[body]
+}
+
+func (r *recorder) dupes() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total - len(r.calls)
+}
+
+func bodies(n int, prefix string) []sqstest.Message {
+	out := make([]sqstest.Message, n)
+	for i := range out {
+		out[i] = sqstest.Message{Body: prefix + strconv.Itoa(i)}
+	}
+	return out
+}
+
+func startWorker(t testing.TB, c worker.SQSClient, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	w, err := worker.New(c, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return w
+}
+
+func stopWorker(t testing.TB, w *worker.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+}
+
+func waitCount(t testing.TB, c sqstest.Counter, url string, want int, timeout time.Duration) {
+	t.Helper()
+	sqstest.WaitFor(t, timeout, fmt.Sprintf("%d messages in the queue", want), func() (bool, string) {
+		n, err := sqstest.Count(context.Background(), c, url)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n == want, fmt.Sprintf("%d messages", n)
+	})
+}
+
+// testMetrics counts the worker's counters.
+type testMetrics struct {
+	mu sync.Mutex
+	c  map[worker.Counter]int
+}
+
+func newTestMetrics() *testMetrics { return &testMetrics{c: map[worker.Counter]int{}} }
+
+func (m *testMetrics) Add(c worker.Counter, n int) {
+	m.mu.Lock()
+	m.c[c] += n
+	m.mu.Unlock()
+}
+func (m *testMetrics) Observe(worker.Histogram, time.Duration) {}
+func (m *testMetrics) SetInFlight(int)                         {}
+func (m *testMetrics) get(c worker.Counter) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.c[c]
+}

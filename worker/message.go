@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// Message is one received SQS message, as a handler sees it.
+type Message struct {
+	// ID is the SQS MessageId. A producer retry or a DLQ redrive gives the same event a new one,
+	// so it is not a safe deduplication key on its own.
+	ID string
+	// Body is the message body, the bytes as received.
+	Body []byte
+	// Attributes are the message attributes set by the producer (MessageAttributes in the API).
+	Attributes map[string]types.MessageAttributeValue
+	// SystemAttributes are the SQS system attributes (ApproximateReceiveCount, SentTimestamp, ...).
+	SystemAttributes map[string]string
+	// ReceiveCount is ApproximateReceiveCount: 1 on the first delivery. Some emulators always
+	// report 1.
+	ReceiveCount int
+	// FirstReceived is ApproximateFirstReceiveTimestamp, or the local time of this receive when the
+	// queue does not report it. The 12-hour visibility cap counts from it.
+	FirstReceived time.Time
+	// Received is the local time of this receive.
+	Received time.Time
+	// GroupID is the MessageGroupId on a FIFO queue, else empty.
+	GroupID string
+	// ReceiptHandle is the handle of this delivery. The worker deletes and extends the message
+	// with it; handlers need not use it.
+	ReceiptHandle string
+}
+
+// Attribute returns the string value of the message attribute name (a String or Number
+// attribute), and whether it was present.
+func (m *Message) Attribute(name string) (string, bool) {
+	a, ok := m.Attributes[name]
+	if !ok || a.StringValue == nil {
+		return "", false
+	}
+	return *a.StringValue, true
+}
+
+func newMessage(sm *types.Message, now time.Time) *Message {
+	m := &Message{
+		Attributes:       sm.MessageAttributes,
+		SystemAttributes: sm.Attributes,
+		Received:         now,
+		FirstReceived:    now,
+		ReceiveCount:     1,
+	}
+	if sm.MessageId != nil {
+		m.ID = *sm.MessageId
+	}
+	if sm.Body != nil {
+		m.Body = []byte(*sm.Body)
+	}
+	if sm.ReceiptHandle != nil {
+		m.ReceiptHandle = *sm.ReceiptHandle
+	}
+	if v, err := strconv.Atoi(sm.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]); err == nil && v > 0 {
+		m.ReceiveCount = v
+	}
+	if v, err := strconv.ParseInt(sm.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64); err == nil && v > 0 {
+		if t := time.UnixMilli(v); t.Before(now) {
+			m.FirstReceived = t
+		}
+	}
+	m.GroupID = sm.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+	return m
+}

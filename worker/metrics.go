@@ -1,0 +1,68 @@
+package worker
+
+import "time"
+
+// Counter names one of the worker's counters.
+type Counter string
+
+// The worker's counters.
+const (
+	// Received counts messages received.
+	Received Counter = "received"
+	// Processed counts messages whose handler returned nil.
+	Processed Counter = "processed"
+	// Duplicates counts messages whose handler returned [ErrDuplicate].
+	Duplicates Counter = "duplicates"
+	// Failed counts handler errors, panics and timeouts (not [RetryAfter] or [Discard]).
+	Failed Counter = "failed"
+	// Retried counts messages handed back for a later delivery (failures and [RetryAfter]).
+	Retried Counter = "retried"
+	// Discarded counts messages whose handler returned [Discard].
+	Discarded Counter = "discarded"
+	// Released counts messages made visible again without being run (at stop, or behind a failed
+	// message of the same FIFO group).
+	Released Counter = "released"
+	// Deleted counts messages deleted from the queue.
+	Deleted Counter = "deleted"
+	// DeleteFailures counts deletes that failed for good (the message will be delivered again).
+	DeleteFailures Counter = "delete_failures"
+	// Heartbeats counts visibility extensions of running handlers.
+	Heartbeats Counter = "heartbeats"
+	// ReceiveErrors counts failed ReceiveMessage calls.
+	ReceiveErrors Counter = "receive_errors"
+)
+
+// Counters lists every [Counter], for adapters that register them up front.
+var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Discarded, Released,
+	Deleted, DeleteFailures, Heartbeats, ReceiveErrors}
+
+// Histogram names one of the worker's histograms of durations.
+type Histogram string
+
+// The worker's histograms.
+const (
+	// HandlerDuration observes how long each handler call took.
+	HandlerDuration Histogram = "handler_duration"
+	// CommitToDelete observes the time from a handler's success to the delete's confirmation.
+	CommitToDelete Histogram = "commit_to_delete"
+)
+
+// Histograms lists every [Histogram].
+var Histograms = []Histogram{HandlerDuration, CommitToDelete}
+
+// Metrics receives the worker's measurements. Implementations must be safe for concurrent use and
+// fast: they are called on every message. See the workerprom package for Prometheus.
+type Metrics interface {
+	// Add adds n to counter c.
+	Add(c Counter, n int)
+	// Observe records one duration in histogram h.
+	Observe(h Histogram, d time.Duration)
+	// SetInFlight reports the number of handlers running now.
+	SetInFlight(n int)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Add(Counter, int)                 {}
+func (nopMetrics) Observe(Histogram, time.Duration) {}
+func (nopMetrics) SetInFlight(int)                  {}

@@ -1,0 +1,167 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+)
+
+// Queue is what the worker learned about its queue at start, from GetQueueAttributes.
+type Queue struct {
+	// URL is the queue's URL.
+	URL string
+	// Name is the queue's name (the last part of the URL).
+	Name string
+	// FIFO says whether it is a FIFO queue.
+	FIFO bool
+	// VisibilityTimeout is the queue's default visibility timeout.
+	VisibilityTimeout time.Duration
+	// MessageRetentionPeriod is how long the queue keeps a message.
+	MessageRetentionPeriod time.Duration
+	// DeadLetterTargetARN is the ARN of the dead-letter queue of the redrive policy, or empty.
+	DeadLetterTargetARN string
+	// MaxReceiveCount is the redrive policy's maxReceiveCount, or 0.
+	MaxReceiveCount int
+	// DeadLetterRetentionPeriod is the dead-letter queue's MessageRetentionPeriod, or 0 when there
+	// is none or it could not be read.
+	DeadLetterRetentionPeriod time.Duration
+	// Attributes are all the attributes as returned.
+	Attributes map[string]string
+}
+
+// RedeliveryHorizon is the longest time after which a message of this queue can be delivered
+// again: the retention period, or the dead-letter queue's if that is longer (a message can be
+// redriven back from it). An inbox must remember events at least this long.
+func (q *Queue) RedeliveryHorizon() time.Duration {
+	return max(q.MessageRetentionPeriod, q.DeadLetterRetentionPeriod)
+}
+
+func loadQueue(ctx context.Context, c SQSClient, url, name string, opt func(*sqs.Options)) (*Queue, error) {
+	if url == "" {
+		out, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)}, opt)
+		if err != nil {
+			return nil, fmt.Errorf("worker: look up the URL of queue %q: %w", name, err)
+		}
+		url = aws.ToString(out.QueueUrl)
+	}
+	attrs, err := queueAttributes(ctx, c, url, opt)
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{URL: url, Name: url[strings.LastIndexByte(url, '/')+1:], Attributes: attrs}
+	q.FIFO = attrs[string(types.QueueAttributeNameFifoQueue)] == "true" || strings.HasSuffix(q.Name, ".fifo")
+	q.VisibilityTimeout = seconds(attrs[string(types.QueueAttributeNameVisibilityTimeout)])
+	q.MessageRetentionPeriod = seconds(attrs[string(types.QueueAttributeNameMessageRetentionPeriod)])
+	if rp := attrs[string(types.QueueAttributeNameRedrivePolicy)]; rp != "" {
+		arn, n, err := parseRedrivePolicy(rp)
+		if err != nil {
+			return nil, fmt.Errorf("worker: queue %s: %w", q.Name, err)
+		}
+		q.DeadLetterTargetARN, q.MaxReceiveCount = arn, n
+	}
+	return q, nil
+}
+
+func queueAttributes(ctx context.Context, c SQSClient, url string, opt func(*sqs.Options)) (map[string]string, error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
+	}, opt)
+	if err != nil {
+		return nil, fmt.Errorf("worker: read the attributes of queue %s: %w", url, err)
+	}
+	return out.Attributes, nil
+}
+
+// deadLetterRetention reads the retention of the queue named by arn, in the same account.
+func deadLetterRetention(ctx context.Context, c SQSClient, arn string, opt func(*sqs.Options)) (time.Duration, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) < 6 {
+		return 0, fmt.Errorf("worker: malformed dead-letter queue ARN %q", arn)
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+	if parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	out, err := c.GetQueueUrl(ctx, in, opt)
+	if err != nil {
+		return 0, fmt.Errorf("worker: look up dead-letter queue %s: %w", parts[5], err)
+	}
+	attrs, err := queueAttributes(ctx, c, aws.ToString(out.QueueUrl), opt)
+	if err != nil {
+		return 0, err
+	}
+	return seconds(attrs[string(types.QueueAttributeNameMessageRetentionPeriod)]), nil
+}
+
+// parseRedrivePolicy reads a RedrivePolicy; maxReceiveCount may be a number or a string
+// (GoAws returns a string).
+func parseRedrivePolicy(s string) (arn string, maxReceive int, err error) {
+	var rp struct {
+		Target string          `json:"deadLetterTargetArn"`
+		Max    json.RawMessage `json:"maxReceiveCount"`
+	}
+	if err := json.Unmarshal([]byte(s), &rp); err != nil {
+		return "", 0, fmt.Errorf("malformed RedrivePolicy: %w", err)
+	}
+	m := strings.Trim(string(rp.Max), `"`)
+	if m != "" {
+		if maxReceive, err = strconv.Atoi(m); err != nil {
+			return "", 0, fmt.Errorf("malformed RedrivePolicy maxReceiveCount %q", m)
+		}
+	}
+	return rp.Target, maxReceive, nil
+}
+
+func seconds(s string) time.Duration {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return time.Duration(n) * time.Second
+}
+
+// errorCode returns the API error code of err, or "".
+func errorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// httpStatus returns the HTTP status of an error response, or 0.
+func httpStatus(err error) int {
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
+}
+
+// isGone reports whether err says the receipt handle no longer names an in-flight message:
+// it was deleted, or redelivered to someone else, or (GoAws) answered 404.
+func isGone(err error) bool {
+	switch errorCode(err) {
+	case "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
+		"MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle", "NotFound":
+		return true
+	}
+	return httpStatus(err) == 404
+}
+
+// isGoneCode is isGone for a batch entry's code.
+func isGoneCode(code string) bool {
+	switch code {
+	case "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
+		"MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle", "NotFound":
+		return true
+	}
+	return false
+}

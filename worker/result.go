@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Causes with which the worker cancels a handler's context. A handler tells them apart with
+// context.Cause(ctx).
+var (
+	// ErrLeaseLost means the message's visibility could not be extended (its receipt handle is no
+	// longer valid, or SQS's 12-hour cap from the first receive was reached). Another consumer may
+	// already hold the message, so the handler's work must not commit.
+	ErrLeaseLost = errors.New("worker: lease on the message lost")
+	// ErrStopping means the worker is stopping and does not wait for the handler any longer
+	// (StopAndCancel, or Stop's deadline passed).
+	ErrStopping = errors.New("worker: stopping")
+	// ErrHandlerTimeout means the handler ran longer than Config.HandlerTimeout.
+	ErrHandlerTimeout = errors.New("worker: handler timeout")
+)
+
+// ErrDuplicate is returned by a handler to say that the message's work was already done (an
+// inbox found the event's row). The worker deletes the message and counts it as a duplicate.
+var ErrDuplicate = errors.New("worker: duplicate: already processed")
+
+// RetryError is the result of [RetryAfter].
+type RetryError struct {
+	// After is the delay before the message is delivered again.
+	After time.Duration
+	// Err is the reason, if given.
+	Err error
+}
+
+func (e *RetryError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("worker: retry after %v: %v", e.After, e.Err)
+	}
+	return fmt.Sprintf("worker: retry after %v", e.After)
+}
+
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter is returned by a handler to have the message delivered again after d instead of
+// after the backoff. d is rounded up to whole seconds and capped at 12 hours (and at SQS's
+// 12-hour limit from the first receive). The message's receive count still grows, so the queue's
+// redrive policy still applies.
+func RetryAfter(d time.Duration) error { return &RetryError{After: d} }
+
+// DiscardError is the result of [Discard].
+type DiscardError struct {
+	// Reason says why the message cannot be processed. It is logged.
+	Reason string
+}
+
+func (e *DiscardError) Error() string { return "worker: discard: " + e.Reason }
+
+// Discard is returned by a handler for a message that is known to be unprocessable and must not
+// be retried: the worker deletes it without effect, logs the reason and counts it. Prefer a plain
+// error (retries, then the DLQ) whenever in doubt: a discarded message is gone.
+func Discard(reason string) error { return &DiscardError{Reason: reason} }
+
+// UnavailableError is the result of [Unavailable].
+type UnavailableError struct{ Err error }
+
+func (e *UnavailableError) Error() string { return "worker: dependency unavailable: " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable is returned by a handler when a dependency that every message needs (the
+// database) is unreachable. The message is retried after the backoff like any failure, and the
+// pollers also pause, with growing backoff, so that a database outage does not burn the receive
+// counts of the whole queue and send it to the DLQ. The first success ends the pause.
+func Unavailable(err error) error {
+	if err == nil {
+		err = errors.New("unknown")
+	}
+	return &UnavailableError{Err: err}
+}
+
+// PanicError is the error a panicking handler becomes.
+type PanicError struct {
+	// Value is what the handler panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("worker: handler panicked: %v\n%s", e.Value, e.Stack)
+}
+
+// Unwrap returns the panic value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
