@@ -3,11 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +26,8 @@ func TestMain(m *testing.M) {
 			// Idle keep-alive connections of the SDK's HTTP client.
 			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+			goleak.IgnoreAnyFunction("github.com/sqsinbox/sqsinbox/internal/sqstest.tryGoAws.func1"))
 	}
 	sqstest.Main(m, &srv)
 }
@@ -42,29 +40,6 @@ func newClient(t testing.TB) *sqs.Client {
 	}
 	return c
 }
-
-// testLogger logs to t at level Warn and above, and stops when t ends.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(&tlogHandler{t: t, h: slog.NewTextHandler(io.Discard, nil)})
-}
-
-type tlogHandler struct {
-	t  testing.TB
-	h  slog.Handler
-	mu sync.Mutex
-}
-
-func (h *tlogHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *tlogHandler) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Level.String() + " " + r.Message)
-	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
-	defer func() { _ = recover() }() // t.Log after the test ended panics
-	h.t.Log(b.String())
-	return nil
-}
-func (h *tlogHandler) WithAttrs(as []slog.Attr) slog.Handler { return h }
-func (h *tlogHandler) WithGroup(string) slog.Handler         { return h }
 
 // recorder counts handler calls per message body.
 type recorder struct {
@@ -112,7 +87,7 @@ func bodies(n int, prefix string) []sqstest.Message {
 func startWorker(t testing.TB, c worker.SQSClient, cfg worker.Config) *worker.Worker {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
+		cfg.Logger = sqstest.Logger(t)
 	}
 	w, err := worker.New(c, &cfg)
 	if err != nil {

@@ -1,0 +1,144 @@
+package inboxhandler_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
+)
+
+type counters struct{ processed, duplicates, failed atomic.Int64 }
+
+func (c *counters) Add(k worker.Counter, n int) {
+	switch k {
+	case worker.Processed:
+		c.processed.Add(int64(n))
+	case worker.Duplicates:
+		c.duplicates.Add(int64(n))
+	case worker.Failed:
+		c.failed.Add(int64(n))
+	}
+}
+func (c *counters) Observe(worker.Histogram, time.Duration) {}
+func (c *counters) SetInFlight(int)                         {}
+
+// TestEndToEndGoAws (GoAws): every event sent twice, as two SQS messages; one effect each, the
+// second deliveries counted as duplicates and deleted.
+func TestEndToEndGoAws(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := srv.Client()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "e2e", MaxReceiveCount: 5})
+	ids, msgs := events(300)
+	if err := sqstest.Send(t.Context(), c, q.URL, append(msgs, msgs...)); err != nil {
+		t.Fatal(err)
+	}
+	met := &counters{}
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second,
+		Metrics: met, Handler: b.handler(t, nil)})
+	waitCount(t, c, q.URL, 0, 60*time.Second)
+	stopWorker(t, w)
+	b.checkOnce(t, ids)
+	if p, d := met.processed.Load(), met.duplicates.Load(); p != 300 || d != 300 {
+		t.Errorf("processed %d, duplicates %d; want 300 and 300", p, d)
+	}
+}
+
+// TestBadKeyGoesToDLQGoAws (GoAws): a message without a key is retried and then dead-lettered,
+// never processed and never silently discarded.
+func TestBadKeyGoesToDLQGoAws(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := srv.Client()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "badkey", MaxReceiveCount: 2})
+	if err := sqstest.Send(t.Context(), c, q.URL, []sqstest.Message{{Body: `{"no_id":1}`}, {Body: `not json`}}); err != nil {
+		t.Fatal(err)
+	}
+	met := &counters{}
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+		Backoff: func(int) time.Duration { return 0 }, Handler: b.handler(t, nil)})
+	waitCount(t, c, q.DLQURL, 2, 30*time.Second)
+	stopWorker(t, w)
+	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.effects`); n != 0 {
+		t.Errorf("%d effects, want 0", n)
+	}
+	if f := met.failed.Load(); f != 4 {
+		t.Errorf("failed = %d, want 2 messages × maxReceiveCount 2", f)
+	}
+}
+
+// TestAttributeKeyGoAws (GoAws): the event_id attribute wins over the body's id.
+func TestAttributeKeyGoAws(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := srv.Client()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "attr"})
+	msgs := []sqstest.Message{
+		{Body: `{"id":"body-1"}`, Attributes: map[string]string{"event_id": "attr-1"}},
+		{Body: `{"id":"body-2"}`, Attributes: map[string]string{"event_id": "attr-1"}},
+		{Body: `{"id":"body-3"}`},
+	}
+	if err := sqstest.Send(t.Context(), c, q.URL, msgs); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: b.handler(t, nil)})
+	waitCount(t, c, q.URL, 0, 30*time.Second)
+	stopWorker(t, w)
+	b.checkOnce(t, []string{"attr-1", "body-3"})
+}
+
+// TestStartRefusesShortRetentionGoAws (GoAws): the worker does not start when the inbox would
+// forget events the queue (or its DLQ) can still redeliver, or when the schema is not migrated.
+func TestStartRefusesShortRetentionGoAws(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := srv.Client()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "retention", Retention: time.Hour})
+	qd := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "retention-dlq", Retention: time.Hour, MaxReceiveCount: 3})
+
+	short := newInbox(t, b.pool, b.schema, &inbox.Config{Retention: 2 * time.Hour})
+	for _, tc := range []struct {
+		url  string
+		ib   *inbox.Inbox
+		fail bool
+	}{
+		{q.URL, short, false}, // 2 h ≥ 1 h
+		{qd.URL, short, true}, // the DLQ keeps 14 days
+		{qd.URL, b.ib, false}, // the default retention is 14 days
+		{q.URL, newInbox(t, b.pool, "not_migrated", nil), true},
+	} {
+		h, err := newHandler(tc.ib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(c, &worker.Config{QueueURL: tc.url, WaitTime: time.Second, Handler: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.Start(t.Context())
+		var re *inbox.RetentionError
+		switch {
+		case tc.fail && err == nil:
+			t.Errorf("%s: Start succeeded, want a refusal", tc.url)
+		case !tc.fail && err != nil:
+			t.Errorf("%s: Start: %v", tc.url, err)
+		case err != nil && tc.ib == short && !errors.As(err, &re):
+			t.Errorf("Start = %v, want a *inbox.RetentionError", err)
+		}
+		if err == nil {
+			stopWorker(t, w)
+		}
+	}
+}
+
+func newHandler(ib *inbox.Inbox) (worker.Handler, error) {
+	return inboxhandler.New(ib, "h", nil, func(context.Context, pgx.Tx, *worker.Message) error { return nil })
+}
