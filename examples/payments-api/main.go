@@ -1,0 +1,187 @@
+// Command payments-api is an HTTP API whose POST /payments is made safe to retry with the
+// Idempotency-Key header, by sqsinbox's inbox/idempotency middleware. See README.md.
+//
+// Usage:
+//
+//	payments-api migrate   apply the inbox's migrations and the example's own
+//	payments-api           serve on LISTEN_ADDR until SIGTERM or SIGINT
+//
+// Environment: DATABASE_URL (required), LISTEN_ADDR (default 127.0.0.1:8080).
+package main
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
+	"github.com/sqsinbox/sqsinbox/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+const (
+	// appSchema holds the example's own tables; its migrations are recorded in versionTable.
+	appSchema    = "public"
+	versionTable = "payments_api_migrations"
+	// defaultListenAddr is used when LISTEN_ADDR is empty.
+	defaultListenAddr = "127.0.0.1:8080"
+	// shutdownTimeout bounds the graceful stop: in-flight requests get this long to finish.
+	shutdownTimeout = 30 * time.Second
+)
+
+const usage = `usage: payments-api [migrate]
+
+  payments-api migrate   apply the inbox's migrations and the example's own, then exit
+  payments-api           serve until SIGTERM or SIGINT, then stop gracefully
+
+environment:
+  DATABASE_URL    PostgreSQL connection string (required)
+  LISTEN_ADDR     address to listen on (default 127.0.0.1:8080)
+  LOG_LEVEL       debug, info (default), warn or error
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cmp.Or(os.Getenv("LOG_LEVEL"), "info"))); err != nil {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, log, nil)
+	stop()
+	if errors.Is(err, errUsage) {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		log.Error("payments-api: " + err.Error())
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// run is the whole program: it serves until ctx ends, or applies the migrations (`migrate`).
+// ready, when set, is told the address once the server listens.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, log *slog.Logger, ready func(net.Addr)) error {
+	migrateOnly := len(args) == 1 && args[0] == "migrate"
+	if len(args) > 0 && !migrateOnly {
+		return errUsage
+	}
+	url := getenv("DATABASE_URL")
+	if url == "" {
+		return errors.New("DATABASE_URL is not set")
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to the database: %w", err)
+	}
+	defer pool.Close()
+	if migrateOnly {
+		return migrateAll(ctx, pool, stdout)
+	}
+	return serve(ctx, pool, cmp.Or(getenv("LISTEN_ADDR"), defaultListenAddr), log, ready)
+}
+
+func appMigrator(pool *pgxpool.Pool) (*migrate.Migrator, error) {
+	return migrate.New(pool, migrations, "migrations", appSchema, versionTable)
+}
+
+func migrateAll(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
+	done, err := inbox.Migrate(ctx, pool, inbox.DefaultSchema)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "inbox (schema %s): applied %v\n", inbox.DefaultSchema, done)
+	mg, err := appMigrator(pool)
+	if err != nil {
+		return err
+	}
+	if done, err = mg.Up(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "payments-api (schema %s): applied %v\n", appSchema, done)
+	return nil
+}
+
+func serve(ctx context.Context, pool *pgxpool.Pool, addr string, log *slog.Logger, ready func(net.Addr)) error {
+	mw, err := idempotency.New(pool, &idempotency.Config{Principal: clientID, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := mw.Check(ctx); err != nil {
+		return fmt.Errorf("%w (run `payments-api migrate`)", err)
+	}
+	mg, err := appMigrator(pool)
+	if err != nil {
+		return err
+	}
+	if err := mg.CheckCurrent(ctx); err != nil {
+		return fmt.Errorf("%w (run `payments-api migrate`)", err)
+	}
+	api := &api{pool: pool, log: log}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", mw.RequireKey(http.HandlerFunc(api.create)))
+	mux.HandleFunc("GET /payments/{id}", api.get)
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	log.Info("payments-api listening", "addr", ln.Addr().String())
+	if ready != nil {
+		ready(ln.Addr())
+	}
+
+	purgeCtx, stopPurge := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = mw.PurgeLoop(purgeCtx) })
+	serveErr := make(chan error, 1)
+	wg.Go(func() { serveErr <- srv.Serve(ln) })
+
+	var err2 error
+	select {
+	case <-ctx.Done():
+		log.Info("payments-api stopping: finishing requests in flight", "timeout", shutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		err2 = srv.Shutdown(sctx)
+		cancel()
+	case err2 = <-serveErr:
+	}
+	stopPurge()
+	wg.Wait()
+	if errors.Is(err2, http.ErrServerClosed) {
+		err2 = nil
+	}
+	log.Info("payments-api stopped")
+	return err2
+}
+
+// clientID identifies the client by its X-Client-Id header. It is a stand-in for real
+// authentication (an API key, an OAuth token's subject): this function is where that plugs in.
+// Idempotency keys are scoped by what it returns.
+func clientID(r *http.Request) (string, error) {
+	id := r.Header.Get("X-Client-Id")
+	if id == "" {
+		return "", errors.New("no X-Client-Id header")
+	}
+	return id, nil
+}

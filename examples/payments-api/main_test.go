@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
+	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+)
+
+var db *pgtest.Server
+
+func TestMain(m *testing.M) { pgtest.Main(m, "payments_api", &db) }
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func post(t *testing.T, base, client, key, body string) reply {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/payments", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if client != "" {
+		req.Header.Set("X-Client-Id", client)
+	}
+	if key != "" {
+		req.Header.Set(idempotency.HeaderKey, key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{res.StatusCode, res.Header, b}
+}
+
+// TestPaymentsAPI runs the program as its main does: migrate (twice), serve, requests, then a
+// graceful stop.
+func TestPaymentsAPI(t *testing.T) {
+	env := map[string]string{"DATABASE_URL": db.URL, "LISTEN_ADDR": "127.0.0.1:0"}
+	getenv := func(k string) string { return env[k] }
+	log := slog.New(slog.DiscardHandler)
+	ctx := t.Context()
+	var out bytes.Buffer
+	for range 2 {
+		if err := run(ctx, []string{"migrate"}, getenv, &out, log, nil); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	if !strings.Contains(out.String(), "payments-api (schema public): applied [1]") {
+		t.Fatalf("migrate said:\n%s", out.String())
+	}
+	if err := run(ctx, []string{"bogus"}, getenv, &out, log, nil); err != errUsage {
+		t.Fatalf("bogus arguments: %v", err)
+	}
+
+	srvCtx, stop := context.WithCancel(ctx)
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(srvCtx, nil, getenv, &out, log, func(a net.Addr) { addrs <- a }) }()
+	var base string
+	select {
+	case a := <-addrs:
+		base = "http://" + a.String()
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+
+	body := `{"amount": 1250, "currency": "EUR"}`
+	first := post(t, base, "acme", "order-17-payment", body)
+	if first.status != http.StatusCreated || first.header.Get("Location") == "" {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	var p Payment
+	if err := json.Unmarshal(first.body, &p); err != nil || p.Amount != 1250 || p.Currency != "EUR" || p.ID == 0 {
+		t.Fatalf("payment %s: %v", first.body, err)
+	}
+	// A burst of retries: each is a replay of the same bytes, or 409 while in flight.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			r := post(t, base, "acme", "order-17-payment", body)
+			if r.status != http.StatusCreated || !bytes.Equal(r.body, first.body) || r.header.Get(idempotency.HeaderReplayed) != "true" {
+				t.Errorf("retry: %d %v %s", r.status, r.header, r.body)
+			}
+		})
+	}
+	wg.Wait()
+
+	for _, tc := range []struct {
+		name, client, key, body string
+		status                  int
+	}{
+		{"no key", "acme", "", body, http.StatusBadRequest},
+		{"other body", "acme", "order-17-payment", `{"amount": 99, "currency": "EUR"}`, http.StatusUnprocessableEntity},
+		{"no client", "", "k", body, http.StatusUnauthorized},
+		{"invalid", "acme", "bad-1", `{"amount": -1, "currency": "EUR"}`, http.StatusUnprocessableEntity},
+		{"invalid replayed", "acme", "bad-1", `{"amount": -1, "currency": "EUR"}`, http.StatusUnprocessableEntity},
+		{"other client, same key", "globex", "order-17-payment", body, http.StatusCreated},
+	} {
+		r := post(t, base, tc.client, tc.key, tc.body)
+		if r.status != tc.status {
+			t.Errorf("%s: %d %s", tc.name, r.status, r.body)
+		}
+		if replayed := r.header.Get(idempotency.HeaderReplayed) == "true"; replayed != strings.HasSuffix(tc.name, "replayed") {
+			t.Errorf("%s: replayed = %v", tc.name, replayed)
+		}
+	}
+
+	for client, want := range map[string]int{"": http.StatusUnauthorized, "globex": http.StatusNotFound, "acme": http.StatusOK} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+first.header.Get("Location"), nil)
+		if client != "" {
+			req.Header.Set("X-Client-Id", client)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Fatalf("GET as %q: %d, want %d", client, res.StatusCode, want)
+		}
+	}
+
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var acme, globex int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE client_id = 'acme'), count(*) FILTER (WHERE client_id = 'globex') FROM public.payments").Scan(&acme, &globex); err != nil {
+		t.Fatal(err)
+	}
+	if acme != 1 || globex != 1 {
+		t.Fatalf("payments: acme %d, globex %d; want 1 each", acme, globex)
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+}
