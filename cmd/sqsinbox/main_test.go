@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+)
+
+// The CLI's tests run the commands in-process against a real PostgreSQL (a throwaway cluster,
+// or TEST_DATABASE_URL) and a real SQS server (GoAws started by the harness, or
+// AWS_ENDPOINT_URL_SQS). Nothing is mocked.
+var (
+	db  *pgtest.Server
+	srv *sqstest.Server
+)
+
+func TestMain(m *testing.M) {
+	s, err := sqstest.Start(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv = s
+	defer srv.Close()
+	pgtest.Main(m, "cli", &db)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func cli(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(t.Context(), args, strings.NewReader(stdin), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func (r result) mustOK(t *testing.T) result {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func TestEveryCommandHasHelpWithAnExample(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands {
+		r := cli(t, "", c.name, "--help")
+		if r.code != 0 || !strings.Contains(r.stderr, "Example:") || !strings.Contains(r.stderr, "sqsinbox "+c.name) {
+			t.Errorf("%s --help: exit %d, stderr %q; want 0 and an example", c.name, r.code, r.stderr)
+		}
+	}
+	if r := cli(t, "", "frobnicate"); r.code != 2 || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: %+v", r)
+	}
+}
+
+// lastLine is what an operator sees last: one line naming what failed.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestErrorsAreOneClearLine(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"bad flag", []string{"purge", "--older-than", "soon", "--database-url", db.URL}, 2, `"soon" is not a duration`},
+		{"short purge", []string{"purge", "--older-than", "3d", "--database-url", db.URL}, 2, "under 7 days"},
+		{"unknown flag", []string{"migrate", "--nope", "up"}, 2, "flag provided but not defined: -nope"},
+		{"no action", []string{"migrate", "--database-url", db.URL}, 2, "want exactly one of up, down or status"},
+		{"unreachable database", []string{"migrate", "--database-url", "postgres://u:secretpw@127.0.0.1:1/x?connect_timeout=2", "up"}, 1, "unreachable"},
+		{"hostile schema", []string{"migrate", "--database-url", db.URL, "--schema", `x"; drop table t; --`, "up"}, 1, "not a valid identifier"},
+		{"missing queue", []string{"stats", "--no-db", "--queue", "no-such-queue-" + randSuffix()}, 1, "does not exist"},
+		{"send without queue", []string{"send"}, 2, "--queue is required"},
+		{"copy without --to", []string{"redrive", "--from", "x", "--mode", "copy"}, 2, "--mode copy needs --to"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := cli(t, "", tc.args...)
+			line := lastLine(r.stderr)
+			if r.code != tc.code || !strings.Contains(line, tc.want) || !strings.HasPrefix(line, "sqsinbox ") {
+				t.Fatalf("exit %d, last line %q; want exit %d and a line containing %q", r.code, line, tc.code, tc.want)
+			}
+			if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "secretpw") {
+				t.Fatalf("stderr has a stack trace or a secret:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+func TestMigrateStatusPurgeStats(t *testing.T) {
+	t.Parallel()
+	schema := "cli_" + randSuffix()
+	dbArgs := []string{"--database-url", db.URL, "--schema", schema}
+	r := cli(t, "", append(append([]string{"migrate"}, dbArgs...), "status")...).mustOK(t)
+	if !strings.Contains(r.stdout, "pending") {
+		t.Fatalf("status before up: %s", r.stdout)
+	}
+	r = cli(t, "", append(append([]string{"migrate"}, dbArgs...), "up")...).mustOK(t)
+	if !strings.Contains(r.stdout, "applied 0001") {
+		t.Fatalf("up: %s", r.stdout)
+	}
+	r = cli(t, "", append(append([]string{"migrate"}, dbArgs...), "up")...).mustOK(t)
+	if !strings.Contains(r.stdout, "up to date") {
+		t.Fatalf("second up: %s", r.stdout)
+	}
+	r = cli(t, "", append(append([]string{"migrate"}, dbArgs...), "status")...).mustOK(t)
+	if strings.Contains(r.stdout, "pending") || !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), "0001 processed_messages") {
+		t.Fatalf("status after up: %s", r.stdout)
+	}
+
+	pool, err := pgxpool.New(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	_, err = pool.Exec(t.Context(), `INSERT INTO `+schema+`.processed_messages (handler, event_id, seen_at)
+		SELECT h, 'e' || g, now() - make_interval(days => g) FROM generate_series(1, 30) g, unnest(ARRAY['warehouse', 'loyalty']) h`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, "", append([]string{"stats"}, dbArgs...)...).mustOK(t)
+	for _, want := range []string{"HANDLER", "loyalty", "warehouse", "30"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("stats lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// Rows 14..30 days old go (the 14-day ones were stamped a moment before the purge reads the
+	// clock): 17 per handler; 1..13 stay.
+	r = cli(t, "", append([]string{"purge", "--older-than", "14d", "--batch-size", "5"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "deleted 34 rows") || !strings.Contains(r.stdout, "in 7 batches") {
+		t.Fatalf("purge: %s", r.stdout)
+	}
+	var left int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+schema+`.processed_messages`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 26 {
+		t.Fatalf("rows left = %d, want 26", left)
+	}
+	r = cli(t, "", append(append([]string{"migrate"}, dbArgs...), "down")...).mustOK(t)
+	if !strings.Contains(r.stdout, "reverted") {
+		t.Fatalf("down: %s", r.stdout)
+	}
+}
+
+func receiveAll(t *testing.T, url string, want int) []types.Message {
+	t.Helper()
+	var got []types.Message
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < want && time.Now().Before(deadline) {
+		out, err := srv.Client().ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 300,
+			MessageAttributeNames: []string{"All"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, out.Messages...)
+	}
+	if len(got) != want {
+		t.Fatalf("received %d messages, want %d", len(got), want)
+	}
+	return got
+}
+
+func TestSendWithRepeatSetsEventID(t *testing.T) {
+	t.Parallel()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-send"})
+	in := `{"id":"evt_1","order_id":"o-1"}` + "\n" + `{"id":"evt_2","order_id":"o-2"}` + "\n\n" + `{"id":"evt_3"}` + "\n"
+	r := cli(t, in, "send", "--queue", q.Name, "--repeat", "3", "--rate", "200").mustOK(t)
+	if !strings.Contains(r.stdout, "sent 9 messages (3 lines × 3)") {
+		t.Fatalf("send: %s", r.stdout)
+	}
+	perKey := map[string]int{}
+	for _, m := range receiveAll(t, q.URL, 9) {
+		a, ok := m.MessageAttributes["event_id"]
+		if !ok {
+			t.Fatalf("message %s has no event_id", aws.ToString(m.Body))
+		}
+		perKey[aws.ToString(a.StringValue)]++
+	}
+	if perKey["evt_1"] != 3 || perKey["evt_2"] != 3 || perKey["evt_3"] != 3 {
+		t.Fatalf("per key = %v, want 3 each", perKey)
+	}
+}
+
+func TestSendRefusesBadLinesAndSendsNothing(t *testing.T) {
+	t.Parallel()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-bad"})
+	for _, tc := range []struct{ in, want string }{
+		{`{"id":"ok"}` + "\n" + `{not json`, "stdin line 2: not valid JSON"},
+		{`{"id":"ok"}` + "\n" + `{"order":"no id"}`, `stdin line 2: inbox: invalid event key from JSON field "id": missing`},
+		{`{"id":"` + strings.Repeat("x", 600) + `"}`, "at most 512"},
+	} {
+		r := cli(t, tc.in, "send", "--queue", q.URL)
+		if r.code != 1 || !strings.Contains(lastLine(r.stderr), tc.want) {
+			t.Errorf("send %.30q: exit %d, %q; want %q", tc.in, r.code, lastLine(r.stderr), tc.want)
+		}
+	}
+	attrs, err := srv.Client().GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(q.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := attrs.Attributes["ApproximateNumberOfMessages"]; n != "0" {
+		t.Fatalf("queue holds %s messages after refused sends, want 0", n)
+	}
+	r := cli(t, `{"order":"no id"}`, "send", "--queue", q.URL, "--allow-no-key").mustOK(t)
+	if !strings.Contains(r.stdout, "sent 1 messages") {
+		t.Fatalf("--allow-no-key: %s", r.stdout)
+	}
+}
+
+func TestRedriveKeepsTheEventKey(t *testing.T) {
+	t.Parallel()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-redrive", MaxReceiveCount: 3})
+	dlq := lastPart(q.DLQURL)
+	var lines []string
+	for i := range 25 {
+		lines = append(lines, fmt.Sprintf(`{"id":"evt_%d"}`, i))
+	}
+	cli(t, strings.Join(lines, "\n"), "send", "--queue", dlq).mustOK(t)
+	r := cli(t, "", "redrive", "--from", dlq, "--to", q.Name).mustOK(t)
+	if !strings.Contains(r.stdout, "moved 25 messages") {
+		t.Fatalf("redrive: stdout %s stderr %s", r.stdout, r.stderr)
+	}
+	keys := map[string]bool{}
+	for _, m := range receiveAll(t, q.URL, 25) {
+		keys[aws.ToString(m.MessageAttributes["event_id"].StringValue)] = true
+	}
+	if len(keys) != 25 || !keys["evt_0"] || !keys["evt_24"] {
+		t.Fatalf("redriven keys = %v, want evt_0..evt_24", keys)
+	}
+	r = cli(t, "", "stats", "--no-db", "--queue", q.Name).mustOK(t)
+	if !strings.Contains(r.stdout, dlq+" (DLQ)") {
+		t.Fatalf("stats does not show the DLQ:\n%s", r.stdout)
+	}
+}
+
+func randSuffix() string { return fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff) }

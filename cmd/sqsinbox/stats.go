@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqlident"
+)
+
+func runStats(ctx context.Context, e env, args []string) error {
+	var db dbFlags
+	fs := newFlags(e, "stats", "stats [flags]",
+		"  sqsinbox stats                              # inbox rows per handler ($DATABASE_URL)\n"+
+			"  sqsinbox stats --queue warehouse            # and the queue's depth, in flight, and its DLQ's depth\n"+
+			"  sqsinbox stats --no-db --queue https://sqs.eu-west-1.amazonaws.com/123456789012/warehouse")
+	db.register(fs)
+	queue := fs.String("queue", "", "a queue name or URL to report on")
+	noDB := fs.Bool("no-db", false, "report on the queue only")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *noDB && *queue == "" {
+		return fmt.Errorf("%w: --no-db needs --queue", errUsage)
+	}
+	if !*noDB {
+		if err := sqlident.Validate("--schema", db.schema); err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if err := inboxStats(ctx, e, &db); err != nil {
+			return err
+		}
+	}
+	if *queue != "" {
+		return queueStats(ctx, e, *queue)
+	}
+	return nil
+}
+
+func inboxStats(ctx context.Context, e env, db *dbFlags) error {
+	pool, err := db.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rows, err := pool.Query(ctx, `SELECT handler, count(*), min(seen_at), max(seen_at) FROM `+
+		sqlident.Quote(db.schema, "processed_messages")+` GROUP BY handler ORDER BY handler`)
+	if err != nil {
+		return fmt.Errorf("read %s.processed_messages (is the schema migrated? run `sqsinbox migrate up`): %w", db.schema, err)
+	}
+	defer rows.Close()
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "HANDLER\tROWS\tOLDEST SEEN\tNEWEST SEEN\n")
+	n := 0
+	for rows.Next() {
+		var h string
+		var c int64
+		var oldest, newest time.Time
+		if err := rows.Scan(&h, &c, &oldest, &newest); err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", h, c, oldest.UTC().Format(time.RFC3339), newest.UTC().Format(time.RFC3339))
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(tw, "(no rows)\t\t\t\n")
+	}
+	return tw.Flush()
+}
+
+func queueStats(ctx context.Context, e env, q string) error {
+	c, err := sqsClient(ctx)
+	if err != nil {
+		return err
+	}
+	url, err := queueURL(ctx, c, q)
+	if err != nil {
+		return err
+	}
+	attrs, err := attributes(ctx, c, url)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nQUEUE\tVISIBLE\tIN FLIGHT\tDELAYED\tRETENTION\n")
+	row := func(name string, a map[string]string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, a["ApproximateNumberOfMessages"],
+			a["ApproximateNumberOfMessagesNotVisible"], a["ApproximateNumberOfMessagesDelayed"],
+			secondsText(a["MessageRetentionPeriod"]))
+	}
+	row(lastPart(url), attrs)
+	if arn := dlqARN(attrs["RedrivePolicy"]); arn != "" {
+		dlqURL, err := urlFromARN(ctx, c, arn)
+		if err != nil {
+			return err
+		}
+		da, err := attributes(ctx, c, dlqURL)
+		if err != nil {
+			return err
+		}
+		row(lastPart(dlqURL)+" (DLQ)", da)
+	} else {
+		fmt.Fprintf(tw, "(no redrive policy: failing messages are retried until the retention ends, then lost)\t\t\t\t\n")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// SQS reports the age of the oldest message only to CloudWatch; reading it here would need a
+	// receive, which counts against maxReceiveCount.
+	fmt.Fprintln(e.stdout, "age of the oldest message: see the CloudWatch metric ApproximateAgeOfOldestMessage (the terraform module alarms on it)")
+	return nil
+}
+
+func attributes(ctx context.Context, c *sqs.Client, url string) (map[string]string, error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue %s: %s", lastPart(url), apiError(err))
+	}
+	return out.Attributes, nil
+}
+
+// dlqARN takes deadLetterTargetArn out of a RedrivePolicy without caring whether
+// maxReceiveCount is a number or (as GoAws writes it) a string.
+func dlqARN(policy string) string {
+	const k = `"deadLetterTargetArn"`
+	i := strings.Index(policy, k)
+	if i < 0 {
+		return ""
+	}
+	rest := policy[i+len(k):]
+	a := strings.IndexByte(rest, '"')
+	if a < 0 {
+		return ""
+	}
+	b := strings.IndexByte(rest[a+1:], '"')
+	if b < 0 {
+		return ""
+	}
+	return rest[a+1 : a+1+b]
+}
+
+// urlFromARN resolves arn:aws:sqs:region:account:name to the queue's URL.
+func urlFromARN(ctx context.Context, c *sqs.Client, arn string) (string, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[2] != "sqs" {
+		return "", fmt.Errorf("%q is not an SQS queue ARN", arn)
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+	if parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	out, err := c.GetQueueUrl(ctx, in)
+	if err != nil {
+		return "", fmt.Errorf("queue %s: %s", parts[5], apiError(err))
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+func lastPart(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }
+
+func secondsText(s string) string {
+	d, err := time.ParseDuration(s + "s")
+	if err != nil {
+		return s
+	}
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
+}
