@@ -1,0 +1,254 @@
+// Package app is the process plumbing the example workers share: configuration from the
+// environment, logging, the `migrate` subcommand, and a worker that runs until SIGTERM or SIGINT
+// and then stops gracefully. Each example's main is one call to [Main].
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// Shutdown budget. ECS sends SIGTERM and, 30 s later (its default stopTimeout), SIGKILL. The
+// worker lets in-flight handlers finish for StopTimeout, then cancels them; HardStopTimeout
+// bounds what is left (rolling back, releasing messages).
+const (
+	StopTimeout     = 20 * time.Second
+	HardStopTimeout = 5 * time.Second
+)
+
+// DefaultConcurrency is the number of handlers an example runs at once.
+const DefaultConcurrency = 10
+
+// Spec describes one example.
+type Spec struct {
+	// Name is the example's name: its handler name in the inbox and its default queue name.
+	Name string
+	// Migrate applies the example's own migrations (the inbox's are applied first).
+	Migrate func(ctx context.Context, pool *pgxpool.Pool) ([]int, error)
+	// Handler builds the worker's handler.
+	Handler func(ctx context.Context, d *Deps) (worker.Handler, error)
+}
+
+// Deps is what [Spec.Handler] gets to build a handler with.
+type Deps struct {
+	Pool   *pgxpool.Pool
+	Inbox  *inbox.Inbox
+	Logger *slog.Logger
+	// Getenv reads the example's environment.
+	Getenv func(string) string
+
+	mu     sync.Mutex
+	onStop []func()
+}
+
+// OnStop registers f to run after the worker has stopped, in reverse order of registration.
+func (d *Deps) OnStop(f func()) {
+	d.mu.Lock()
+	d.onStop = append(d.onStop, f)
+	d.mu.Unlock()
+}
+
+func (d *Deps) stop() {
+	d.mu.Lock()
+	fs := d.onStop
+	d.onStop = nil
+	d.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+// Options are what [Run] reads instead of the process's globals. Tests set them; [Main] fills
+// them from the process.
+type Options struct {
+	// Args are the command-line arguments after the program name.
+	Args []string
+	// Getenv reads the environment. nil means os.Getenv.
+	Getenv func(string) string
+	// Logger receives the logs. nil means slog.Default().
+	Logger *slog.Logger
+	// Worker is the template of the worker's configuration: QueueURL, QueueName, Handler and
+	// Logger are filled in. Zero fields get the worker's defaults.
+	Worker worker.Config
+	// Started, when set, is called once the worker runs.
+	Started func(*worker.Worker)
+}
+
+// Main runs the example as a process: it reads os.Args and the environment, logs JSON lines to
+// stderr, stops on SIGTERM or SIGINT, and exits non-zero on failure.
+func Main(spec Spec) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	log := NewLogger(os.Stderr, os.Getenv("LOG_LEVEL"))
+	slog.SetDefault(log)
+	err := Run(ctx, spec, Options{Args: os.Args[1:], Logger: log})
+	stop()
+	if errors.Is(err, errUsage) {
+		fmt.Fprint(os.Stderr, usage(spec.Name))
+		os.Exit(2)
+	}
+	if err != nil {
+		log.Error(spec.Name+": "+err.Error())
+		os.Exit(1)
+	}
+}
+
+// NewLogger returns a JSON logger at level ("debug", "info", "warn", "error"; empty means info).
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(cmp.Or(level, "info"))); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+var errUsage = errors.New("usage")
+
+func usage(name string) string {
+	return fmt.Sprintf(`usage: %[1]s [migrate]
+
+  %[1]s migrate   apply the inbox's migrations and the example's own, then exit
+  %[1]s           run the worker until SIGTERM or SIGINT, then stop gracefully
+
+environment:
+  DATABASE_URL    PostgreSQL connection string (required)
+  QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named %[1]q
+  QUEUE_NAME      the queue's name, looked up at start
+  LOG_LEVEL       debug, info (default), warn or error
+  AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_PROFILE, ...: the standard AWS configuration
+`, name)
+}
+
+// Run runs the example until ctx ends (the worker), or until the migrations are applied
+// (`migrate`).
+func Run(ctx context.Context, spec Spec, o Options) error {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	log := cmp.Or(o.Logger, slog.Default())
+	var migrateOnly bool
+	switch {
+	case len(o.Args) == 0:
+	case len(o.Args) == 1 && o.Args[0] == "migrate":
+		migrateOnly = true
+	default:
+		return errUsage
+	}
+
+	dbURL := getenv("DATABASE_URL")
+	if dbURL == "" {
+		return errors.New("DATABASE_URL is not set")
+	}
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	concurrency := cmp.Or(o.Worker.Concurrency, DefaultConcurrency)
+	if !strings.Contains(dbURL, "pool_max_conns") {
+		pcfg.MaxConns = int32(concurrency + 2) // one per handler, plus the purge loop
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("connect to the database: %w", err)
+	}
+	defer pool.Close()
+
+	if migrateOnly {
+		return migrateAll(ctx, spec, pool, log)
+	}
+
+	ib, err := inbox.New(pool, &inbox.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	deps := &Deps{Pool: pool, Inbox: ib, Logger: log, Getenv: getenv}
+	defer deps.stop()
+	h, err := spec.Handler(ctx, deps)
+	if err != nil {
+		return err
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("load the AWS configuration: %w", err)
+	}
+	wc := o.Worker
+	wc.Handler = h
+	wc.Logger = log
+	wc.Concurrency = concurrency
+	wc.ShutdownTimeout = cmp.Or(wc.ShutdownTimeout, StopTimeout)
+	wc.QueueURL = cmp.Or(wc.QueueURL, getenv("QUEUE_URL"))
+	wc.QueueName = cmp.Or(wc.QueueName, getenv("QUEUE_NAME"), spec.Name)
+	w, err := worker.New(sqs.NewFromConfig(awsCfg), &wc)
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	log.Info(spec.Name+": running", "queue", w.Queue().Name)
+	if o.Started != nil {
+		o.Started(w)
+	}
+
+	// The purge loop runs beside the worker; it takes an advisory lock, so one replica purges.
+	purgeCtx, stopPurge := context.WithCancel(context.WithoutCancel(ctx))
+	purged := make(chan struct{})
+	go func() {
+		defer close(purged)
+		_ = ib.PurgeLoop(purgeCtx)
+	}()
+	defer func() { stopPurge(); <-purged }()
+
+	<-ctx.Done()
+	log.Info(spec.Name+": stopping", "cause", context.Cause(ctx))
+	return stopWorker(w, log)
+}
+
+// stopWorker stops w gracefully, and then hard if that takes too long.
+func stopWorker(w *worker.Worker, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout+HardStopTimeout/2)
+	defer cancel()
+	err := w.Stop(ctx)
+	if err == nil {
+		log.Info("stopped")
+		return nil
+	}
+	log.Warn("graceful stop did not finish; cancelling the handlers", "error", err)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), HardStopTimeout/2)
+	defer cancel2()
+	return w.StopAndCancel(ctx2)
+}
+
+func migrateAll(ctx context.Context, spec Spec, pool *pgxpool.Pool, log *slog.Logger) error {
+	v, err := inbox.Migrate(ctx, pool, "")
+	if err != nil {
+		return err
+	}
+	log.Info("inbox migrations applied", "schema", inbox.DefaultSchema, "versions", v)
+	if spec.Migrate == nil {
+		return nil
+	}
+	v, err = spec.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	log.Info(spec.Name+" migrations applied", "versions", v)
+	return nil
+}

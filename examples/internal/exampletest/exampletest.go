@@ -1,0 +1,285 @@
+// Package exampletest runs the examples' integration tests against real servers: a PostgreSQL
+// database from pgtest (a throwaway cluster, or TEST_DATABASE_URL) and an SQS server from sqstest
+// (GoAws v0.5.4 built from the module proxy, or AWS_ENDPOINT_URL_SQS).
+package exampletest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/examples/internal/app"
+	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// Servers are the servers of one test binary.
+type Servers struct {
+	DB  *pgtest.Server
+	SQS *sqstest.Server
+}
+
+// Main starts both servers, runs the tests and stops the servers. When a server cannot be had it
+// prints why and exits 1: the tests fail, they never skip.
+func Main(m *testing.M, prefix string, out *Servers) {
+	ctx := context.Background()
+	db, err := pgtest.Start(ctx, prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv, err := sqstest.Start(ctx)
+	if err != nil {
+		db.Close()
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*out = Servers{DB: db, SQS: srv}
+	code := m.Run()
+	srv.Close()
+	db.Close()
+	os.Exit(code)
+}
+
+// Pool returns a pool on the test database, closed when t ends.
+func (s Servers) Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), s.DB.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Queue creates a uniquely named queue with a DLQ (maxReceiveCount 5).
+func (s Servers) Queue(t testing.TB, prefix string) *sqstest.Queue {
+	t.Helper()
+	return s.SQS.CreateQueue(t, sqstest.QueueOptions{Prefix: prefix, MaxReceiveCount: 5})
+}
+
+// Getenv returns the environment an example sees: DATABASE_URL and QUEUE_URL, plus extra
+// ("KEY=value"), and the process's own for the rest (the AWS chain).
+func (s Servers) Getenv(queueURL string, extra ...string) func(string) string {
+	env := map[string]string{"DATABASE_URL": s.DB.URL, "QUEUE_URL": queueURL}
+	for _, kv := range extra {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+}
+
+// Migrate runs `<example> migrate`.
+func (s Servers) Migrate(t testing.TB, spec app.Spec) {
+	t.Helper()
+	err := app.Run(t.Context(), spec, app.Options{Args: []string{"migrate"}, Getenv: s.Getenv(""), Logger: Logger(t)})
+	if err != nil {
+		t.Fatalf("%s migrate: %v", spec.Name, err)
+	}
+}
+
+// Running is an example running in the test's process.
+type Running struct {
+	Worker  *worker.Worker
+	Metrics *Metrics
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// Start runs the example (as its main would, without a subcommand) on queueURL until Stop or the
+// end of the test. The worker long-polls for 1 s so that it stops quickly.
+func (s Servers) Start(t testing.TB, spec app.Spec, queueURL string, o app.Options) *Running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	r := &Running{Metrics: NewMetrics(), cancel: cancel, done: make(chan error, 1)}
+	started := make(chan *worker.Worker, 1)
+	if o.Getenv == nil {
+		o.Getenv = s.Getenv(queueURL)
+	}
+	if o.Logger == nil {
+		o.Logger = Logger(t)
+	}
+	if o.Worker.WaitTime == 0 {
+		o.Worker.WaitTime = time.Second
+	}
+	if o.Worker.Metrics == nil {
+		o.Worker.Metrics = r.Metrics
+	}
+	o.Started = func(w *worker.Worker) { started <- w }
+	go func() { r.done <- app.Run(ctx, spec, o) }()
+	select {
+	case r.Worker = <-started:
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("%s did not start: %v", spec.Name, err)
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatalf("%s did not start within a minute", spec.Name)
+	}
+	t.Cleanup(func() { r.Stop(t) })
+	return r
+}
+
+// Stop stops the example as SIGTERM does and fails t if it does not stop cleanly within
+// app.StopTimeout + app.HardStopTimeout.
+func (r *Running) Stop(t testing.TB) {
+	t.Helper()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	case <-time.After(app.StopTimeout + app.HardStopTimeout):
+		t.Errorf("the example did not stop within %v", app.StopTimeout+app.HardStopTimeout)
+	}
+}
+
+// Event is one OrderPaid event and how many times it is sent.
+type Event struct {
+	ID, OrderID, CustomerID string
+	Amount                  int64
+	Times                   int
+}
+
+// Body returns the event's JSON body.
+func (e Event) Body() string {
+	b, _ := json.Marshal(map[string]any{"id": e.ID, "order_id": e.OrderID, "customer_id": e.CustomerID,
+		"amount": e.Amount, "currency": "EUR"})
+	return string(b)
+}
+
+// Events returns n OrderPaid events for distinct orders, spread over customers customers. A
+// fifth of them are sent two to five times.
+func Events(prefix string, n, customers int) []Event {
+	out := make([]Event, n)
+	for i := range out {
+		out[i] = Event{
+			ID:         fmt.Sprintf("evt_%s_%d", prefix, i),
+			OrderID:    fmt.Sprintf("ord_%s_%d", prefix, i),
+			CustomerID: "cus_" + strconv.Itoa(i%customers),
+			Amount:     int64(1000 + i),
+			Times:      1,
+		}
+		if i%5 == 0 {
+			out[i].Times = 2 + i/5%4
+		}
+	}
+	return out
+}
+
+// Messages returns every delivery of events, shuffled. Every other message carries the event id
+// in the event_id attribute too, as a producer that sets it would.
+func Messages(events []Event) []sqstest.Message {
+	var msgs []sqstest.Message
+	for _, e := range events {
+		for j := range e.Times {
+			m := sqstest.Message{Body: e.Body()}
+			if (len(msgs)+j)%2 == 0 {
+				m.Attributes = map[string]string{"event_id": e.ID}
+			}
+			msgs = append(msgs, m)
+		}
+	}
+	rand.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	return msgs
+}
+
+// Send sends msgs to the queue.
+func (s Servers) Send(t testing.TB, queueURL string, msgs []sqstest.Message) {
+	t.Helper()
+	if err := sqstest.Send(t.Context(), s.SQS.Client(), queueURL, msgs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WaitDrained waits until the queue holds no message, visible or in flight.
+func (s Servers) WaitDrained(t testing.TB, queueURL string, timeout time.Duration) {
+	t.Helper()
+	sqstest.WaitFor(t, timeout, "the queue to drain", func() (bool, string) {
+		n, err := sqstest.Count(t.Context(), s.SQS.Client(), queueURL)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n == 0, fmt.Sprintf("%d messages left", n)
+	})
+}
+
+// Metrics counts the worker's counters.
+type Metrics struct {
+	mu sync.Mutex
+	c  map[worker.Counter]int
+}
+
+// NewMetrics returns empty counters.
+func NewMetrics() *Metrics { return &Metrics{c: map[worker.Counter]int{}} }
+
+// Add implements worker.Metrics.
+func (m *Metrics) Add(c worker.Counter, n int) {
+	m.mu.Lock()
+	m.c[c] += n
+	m.mu.Unlock()
+}
+
+// Observe implements worker.Metrics.
+func (m *Metrics) Observe(worker.Histogram, time.Duration) {}
+
+// SetInFlight implements worker.Metrics.
+func (m *Metrics) SetInFlight(int) {}
+
+// Get returns counter c.
+func (m *Metrics) Get(c worker.Counter) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.c[c]
+}
+
+// Logger logs warnings and errors to t, and nothing after t ends.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(&tlog{t: t})
+}
+
+type tlog struct {
+	t     testing.TB
+	attrs []slog.Attr
+}
+
+func (h *tlog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *tlog) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Level.String() + " " + r.Message)
+	for _, a := range h.attrs {
+		b.WriteString(" " + a.String())
+	}
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	defer func() { _ = recover() }() // logging after the test ended panics; drop it
+	h.t.Log(b.String())
+	return nil
+}
+
+func (h *tlog) WithAttrs(as []slog.Attr) slog.Handler {
+	return &tlog{t: h.t, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
+}
+
+func (h *tlog) WithGroup(string) slog.Handler { return h }

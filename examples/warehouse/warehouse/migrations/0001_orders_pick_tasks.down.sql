@@ -1,0 +1,2 @@
+DROP TABLE {{schema}}.pick_tasks;
+DROP TABLE {{schema}}.orders;
