@@ -104,7 +104,7 @@ func Main(spec Spec) {
 		os.Exit(2)
 	}
 	if err != nil {
-		log.Error(spec.Name+": "+err.Error())
+		log.Error(spec.Name + ": " + err.Error())
 		os.Exit(1)
 	}
 }
