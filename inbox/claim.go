@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,29 +77,40 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	if err := validateClaim(handler, key); err != nil {
 		return 0, err
 	}
-	tx, err := ib.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// BEGIN and the claim travel in one round trip.
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(ib.sql.claim, handler, key)
+	br := ib.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, beginErr := br.Exec()
+	tag, claimErr := br.Exec()
+	err := cmp.Or(beginErr, claimErr, br.Close()) // the first error says what went wrong
+	// The rollback must happen even when ctx is done. After a commit it is a no-op.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err != nil {
-		return 0, fmt.Errorf("inbox: begin: %w", err)
+		return 0, claimError(ctx, err)
 	}
-	out, err := ib.runTx(ctx, tx, handler, key, fn)
-	if err == nil && out == Processed {
-		err = context.Cause(ctx) // a lost lease or a stop must not commit
+	if tag.RowsAffected() == 0 {
+		return Duplicate, nil
 	}
-	if err != nil || out == Duplicate {
-		// The rollback must happen even when ctx is done.
-		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) && err == nil {
-			// A duplicate's rollback failing leaves nothing behind: the claim inserted nothing.
-			ib.cfg.Logger.Debug("inbox: rollback after duplicate failed", "error", rbErr)
-		}
-		if err != nil {
-			return 0, err
-		}
-		return out, nil
+	if err := call(withEvent(ctx, handler, key), tx, fn); err != nil {
+		return 0, err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return 0, err // a lost lease or a stop must not commit
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, commitError(err)
 	}
 	return Processed, nil
+}
+
+func claimError(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil {
+		return fmt.Errorf("inbox: claim: %w (%w)", cause, err)
+	}
+	return fmt.Errorf("inbox: claim: %w", err)
 }
 
 // commitError tells a commit the server refused (it did not happen) from one whose outcome is
@@ -126,10 +138,7 @@ func (ib *Inbox) RunTx(ctx context.Context, tx pgx.Tx, handler, key string, fn F
 func (ib *Inbox) runTx(ctx context.Context, tx pgx.Tx, handler, key string, fn Func) (Outcome, error) {
 	tag, err := tx.Exec(ctx, ib.sql.claim, handler, key)
 	if err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			return 0, fmt.Errorf("inbox: claim: %w (%w)", cause, err)
-		}
-		return 0, fmt.Errorf("inbox: claim: %w", err)
+		return 0, claimError(ctx, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return Duplicate, nil

@@ -392,3 +392,48 @@ func TestStepKeyIsStableAndScoped(t *testing.T) {
 		t.Fatalf("StepKey outside Run = %v, want ErrNoEvent", err)
 	}
 }
+
+// TestRunReturnsItsConnection: whatever the outcome, the connection goes back to the pool.
+func TestRunReturnsItsConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.pool = newPool(t, 2)
+	ib, err := inbox.New(b.pool, &inbox.Config{Schema: b.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for i, run := range []func() error{
+		func() error { _, err := ib.Run(t.Context(), "h", "k1", b.record(nil)); return err },
+		func() error { _, err := ib.Run(t.Context(), "h", "k1", b.record(nil)); return err }, // duplicate
+		func() error {
+			_, err := ib.Run(t.Context(), "h", "k2", func(context.Context, pgx.Tx) error { return errors.New("x") })
+			return err
+		},
+		func() error { _, err := ib.Run(t.Context(), "h", "k3", func(context.Context, pgx.Tx) error { panic("p") }); return err },
+		func() error { _, err := ib.Run(cancelled, "h", "k4", b.record(nil)); return err },
+		func() error {
+			_, err := ib.Run(t.Context(), "h", "k5", func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "SELECT 1/0") // the transaction is now aborted; fn ignores it
+				_ = err
+				return nil
+			})
+			return err
+		},
+	} {
+		err := run()
+		if i < 2 && err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if i >= 2 && err == nil {
+			t.Fatalf("run %d succeeded, want an error", i)
+		}
+		waitFor(t, 10*time.Second, "the connection to return to the pool", func() bool {
+			return b.pool.Stat().AcquiredConns() == 0
+		})
+	}
+	if got := b.claims(t, "h", "k5"); got != 0 {
+		t.Fatalf("a function that swallowed an SQL error committed its claim")
+	}
+}
