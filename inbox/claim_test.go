@@ -411,7 +411,10 @@ func TestRunReturnsItsConnection(t *testing.T) {
 			_, err := ib.Run(t.Context(), "h", "k2", func(context.Context, pgx.Tx) error { return errors.New("x") })
 			return err
 		},
-		func() error { _, err := ib.Run(t.Context(), "h", "k3", func(context.Context, pgx.Tx) error { panic("p") }); return err },
+		func() error {
+			_, err := ib.Run(t.Context(), "h", "k3", func(context.Context, pgx.Tx) error { panic("p") })
+			return err
+		},
 		func() error { _, err := ib.Run(cancelled, "h", "k4", b.record(nil)); return err },
 		func() error {
 			_, err := ib.Run(t.Context(), "h", "k5", func(ctx context.Context, tx pgx.Tx) error {

@@ -6,6 +6,9 @@
 #   scripts/tf-test.sh --cached   run only if both binaries are already cached, else skip (make test)
 #   scripts/tf-test.sh --build    only build what is missing
 #   scripts/tf-test.sh --env      print the environment that points a CLI at the cached tools
+#   scripts/tf-test.sh --apply [ENDPOINT]
+#                                 apply terraform/examples/localstack against a running LocalStack
+#                                 (default http://127.0.0.1:4566), check the queue URL, destroy
 #
 # The binaries live outside the repository, in ${XDG_CACHE_HOME:-$HOME/.cache}/sqsinbox/tf:
 #   bin/tofu-<version>                     OpenTofu
@@ -61,7 +64,9 @@ build_tofu() {
 	mkdir -p "$cache/src"
 	cp -R "$dir" "$src"
 	chmod -R u+w "$src"
-	(cd "$src" && nice -n 19 go build -trimpath -ldflags="-s -w" -o "$tofu_bin.tmp" ./cmd/tofu) \
+	# version.dev=no: report v1.10.10, not v1.10.10-dev (what the release build sets).
+	(cd "$src" && nice -n 19 go build -trimpath -ldflags="-s -w -X github.com/opentofu/opentofu/version.dev=no" \
+		-o "$tofu_bin.tmp" ./cmd/tofu) \
 		>"$cache/logs/tofu-build.log" 2>&1 || die "OpenTofu build failed; see $cache/logs/tofu-build.log"
 	mv "$tofu_bin.tmp" "$tofu_bin"
 	rm -rf "$src"
@@ -148,6 +153,31 @@ run_tests() {
 	log "ok: $n_roots configurations formatted, valid and tested in $(($(date +%s) - start)) s"
 }
 
+# apply_local applies terraform/examples/localstack against a local endpoint, checks that the
+# apply gave a queue URL, and destroys everything again (also after a failure).
+apply_local() {
+	local endpoint=$1 tf=${TF_BIN:-$tofu_bin} work dir url rc=0
+	export TF_CLI_CONFIG_FILE=$cli_config TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
+	work=$(mktemp -d "${TMPDIR:-/tmp}/sqsinbox-tf-apply.XXXXXX")
+	trap 'rm -rf "$work"' EXIT
+	rsync -a --exclude .terraform --exclude '.terraform.lock.hcl' --exclude '*.tfstate*' "$repo/terraform/" "$work/"
+	dir=$work/examples/localstack
+	local vars=(-var "endpoint=$endpoint" -var "create_alarms=${TF_APPLY_ALARMS:-true}")
+	(cd "$dir" && "$tf" init -backend=false -input=false -no-color >init.log 2>&1) || { cat "$dir/init.log" >&2; die "init failed"; }
+	log "apply against $endpoint"
+	if (cd "$dir" && "$tf" apply -auto-approve -input=false -no-color "${vars[@]}"); then
+		url=$(cd "$dir" && "$tf" output -raw queue_url)
+		log "created $url"
+		[[ -n $url ]] || { log "FAIL: no queue_url output"; rc=1; }
+	else
+		log "FAIL: apply against $endpoint"
+		rc=1
+	fi
+	log "destroy"
+	(cd "$dir" && "$tf" destroy -auto-approve -input=false -no-color "${vars[@]}") || { log "FAIL: destroy"; rc=1; }
+	return "$rc"
+}
+
 mode=${1:-full}
 mkdir -p "$cache/bin" "$cache/logs"
 case $mode in
@@ -168,13 +198,18 @@ case $mode in
 	write_mirror
 	[[ $mode == --build ]] || run_tests
 	;;
+--apply)
+	have_tools || die "tools not built yet: run scripts/tf-test.sh --build"
+	write_mirror
+	apply_local "${2:-http://127.0.0.1:4566}"
+	;;
 --env)
 	have_tools || die "tools not built yet: run scripts/tf-test.sh --build"
 	write_mirror
 	printf 'export TF_CLI_CONFIG_FILE=%q\nalias tofu=%q\n' "$cli_config" "$tofu_bin"
 	;;
 *)
-	sed -n '2,8p' "$0" >&2
+	sed -n '2,11p' "$0" >&2
 	exit 2
 	;;
 esac

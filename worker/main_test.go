@@ -2,7 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -144,3 +146,10 @@ func (m *testMetrics) get(c worker.Counter) int {
 	defer m.mu.Unlock()
 	return m.c[c]
 }
+
+type httpClientWithTimeout struct{ d time.Duration }
+
+func (c *httpClientWithTimeout) Do(*http.Request) (*http.Response, error) {
+	return nil, errors.New("not used")
+}
+func (c *httpClientWithTimeout) GetTimeout() time.Duration { return c.d }

@@ -108,7 +108,7 @@ func migrateAll(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "inbox (schema %s): applied %v\n", inbox.DefaultSchema, done)
+	_, _ = fmt.Fprintf(out, "inbox (schema %s): applied %v\n", inbox.DefaultSchema, done)
 	mg, err := appMigrator(pool)
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func migrateAll(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 	if done, err = mg.Up(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "payments-api (schema %s): applied %v\n", appSchema, done)
+	_, _ = fmt.Fprintf(out, "payments-api (schema %s): applied %v\n", appSchema, done)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -66,7 +67,7 @@ func TestPaymentsAPI(t *testing.T) {
 	if !strings.Contains(out.String(), "payments-api (schema public): applied [1]") {
 		t.Fatalf("migrate said:\n%s", out.String())
 	}
-	if err := run(ctx, []string{"bogus"}, getenv, &out, log, nil); err != errUsage {
+	if err := run(ctx, []string{"bogus"}, getenv, &out, log, nil); !errors.Is(err, errUsage) {
 		t.Fatalf("bogus arguments: %v", err)
 	}
 

@@ -119,7 +119,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	hr.Body = io.NopCloser(bytes.NewReader(body))
 	hr.ContentLength = int64(len(body))
 	if p := call(next, rec, hr); p != nil {
-		if p.value == http.ErrAbortHandler {
+		if err, ok := p.value.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 			panic(p.value) // the handler asked to abort the response; the deferred rollback runs
 		}
 		log.ErrorContext(ctx, "idempotency: handler panicked; its transaction rolled back",

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -369,7 +370,7 @@ func TestResponseTooLargeIsRefused(t *testing.T) {
 	if r.status != http.StatusInternalServerError || problemCode(t, r) != idempotency.CodeResponseTooLarge {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	if writeErr != idempotency.ErrResponseTooLarge {
+	if !errors.Is(writeErr, idempotency.ErrResponseTooLarge) {
 		t.Fatalf("Write error %v", writeErr)
 	}
 	if got := b.count(t, "payments") + b.count(t, "idempotency_keys"); got != 0 {
@@ -488,5 +489,46 @@ func TestConfigValidation(t *testing.T) {
 	mw, _ := idempotency.New(p, &idempotency.Config{Principal: principal, Schema: "not_migrated"})
 	if err := mw.Check(t.Context()); err == nil {
 		t.Fatal("Check passed on an unmigrated schema")
+	}
+}
+
+func TestRetryWaitingForTheAttemptReplaysIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{Wait: 20 * time.Second})
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		close(entered)
+		<-release
+		return false
+	}
+	firstDone := make(chan response, 1)
+	go func() {
+		r, _ := b.try(context.Background(), request{keys: []string{"wait"}, body: payBody})
+		firstDone <- r
+	}()
+	<-entered
+	retryDone := make(chan response, 1)
+	go func() {
+		r, _ := b.try(context.Background(), request{keys: []string{"wait"}, body: payBody})
+		retryDone <- r
+	}()
+	// Release the first attempt only once the retry waits on its row.
+	eventually(t, 30*time.Second, "the retry to wait on the key's row lock", func() bool {
+		var n int
+		err := b.pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "+
+			"AND wait_event_type = 'Lock' AND strpos(query, $1) > 0", b.schema+".").Scan(&n)
+		return err == nil && n > 0
+	})
+	close(release)
+	first, retry := <-firstDone, <-retryDone
+	if first.status != http.StatusCreated || first.replayed() {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	if retry.status != http.StatusCreated || !retry.replayed() || !bytes.Equal(retry.body, first.body) {
+		t.Fatalf("the waiting retry got %d replayed=%v %s", retry.status, retry.replayed(), retry.body)
+	}
+	if got := b.app.calls.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1", got)
 	}
 }

@@ -102,6 +102,7 @@ GROUP BY o.id`, ids)
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	out := make(map[string]int, len(ids))
 	for rows.Next() {
 		var id string
