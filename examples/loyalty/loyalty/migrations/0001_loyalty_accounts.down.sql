@@ -1,0 +1,1 @@
+DROP TABLE {{schema}}.loyalty_accounts;
