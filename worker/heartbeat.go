@@ -32,7 +32,9 @@ const heartbeatRetry = time.Second
 func (w *Worker) startHeartbeat(m *Message, cancel context.CancelCauseFunc) *heartbeat {
 	h := &heartbeat{w: w, m: m, cancel: cancel, interval: max(w.vis/3, 100*time.Millisecond)}
 	h.leaseUntil = m.Received.Add(w.vis)
+	h.mu.Lock()
 	h.timer = time.AfterFunc(h.interval, h.beat)
+	h.mu.Unlock()
 	return h
 }
 

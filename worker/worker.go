@@ -29,6 +29,8 @@ const (
 	callTimeout = 15 * time.Second
 	// capMargin keeps every visibility request clear of the 12-hour cap.
 	capMargin = 5 * time.Second
+	// receiveGrace is how long a stop lets a receive in flight finish before abandoning it.
+	receiveGrace = 2 * time.Second
 )
 
 var receiveAttributes = []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}
@@ -61,6 +63,9 @@ type Worker struct {
 	recvCancel context.CancelCauseFunc
 	workCtx    context.Context
 	workCancel context.CancelCauseFunc
+
+	pendingMu sync.Mutex
+	pending   map[*group]struct{} // FIFO groups with messages not yet started
 
 	pollers  sync.WaitGroup
 	handlers sync.WaitGroup
@@ -178,14 +183,14 @@ func (w *Worker) Start(ctx context.Context) error {
 // cancelled with [ErrStopping]. If ctx ends before they return, Stop returns ctx's error and the
 // rest of the shutdown goes on in the background.
 //
-// A long poll in progress is let finish (it takes at most Config.WaitTime) and its messages are
-// released: abandoning it would leave the messages it took invisible until their visibility
-// timeout ends. Only the end of the shutdown timeout, or of ctx, abandons it.
+// A receive in progress is given two seconds to finish, and its messages are released:
+// abandoning a receive that is returning messages would leave them invisible until their
+// visibility timeout ends. A long poll still waiting after that has taken nothing and is
+// abandoned.
 func (w *Worker) Stop(ctx context.Context) error { return w.stop(ctx, false) }
 
 // StopAndCancel is [Worker.Stop] that cancels the running handlers at once, with [ErrStopping].
-// Their messages are made visible again. A long poll in progress is still let finish, and its
-// messages released.
+// Their messages are made visible again.
 func (w *Worker) StopAndCancel(ctx context.Context) error { return w.stop(ctx, true) }
 
 func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
@@ -201,7 +206,10 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 		w.stopping.Store(true)
 		w.stopCancel(ErrStopping)
 		go func() {
+			grace := time.AfterFunc(receiveGrace, func() { w.recvCancel(ErrStopping) })
 			w.pollers.Wait()
+			grace.Stop()
+			w.releasePending()
 			w.handlers.Wait()
 			w.del.close()
 			w.recvCancel(ErrStopping)
@@ -321,8 +329,49 @@ func (w *Worker) dispatch(sms []types.Message, slots int) {
 	}
 	for _, g := range groups(msgs) {
 		w.handlers.Add(1)
-		go w.runGroup(g)
+		go w.runGroup(&group{rest: g})
 	}
+}
+
+// group is the messages of one FIFO group from one receive, not yet started.
+type group struct {
+	mu       sync.Mutex
+	rest     []*Message
+	released bool
+}
+
+// next returns the next message to run, or nil when the group is done or was released.
+func (g *group) next() *Message {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.released || len(g.rest) == 0 {
+		return nil
+	}
+	m := g.rest[0]
+	g.rest = g.rest[1:]
+	return m
+}
+
+// take empties the group and returns what it held.
+func (g *group) take() []*Message {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rest := g.rest
+	g.rest, g.released = nil, true
+	return rest
+}
+
+// releasePending releases the messages of every FIFO group that have not started, at stop:
+// they would wait behind the running one for nothing.
+func (w *Worker) releasePending() {
+	w.pendingMu.Lock()
+	var all []*Message
+	for g := range w.pending {
+		all = append(all, g.take()...)
+	}
+	w.pendingMu.Unlock()
+	w.release(all)
+	w.slots.Release(int64(len(all)))
 }
 
 // groups splits msgs by MessageGroupId, keeping their order.
@@ -351,20 +400,37 @@ func (w *Worker) runOne(m *Message) {
 	w.process(m)
 }
 
-func (w *Worker) runGroup(g []*Message) {
+func (w *Worker) runGroup(g *group) {
 	defer w.handlers.Done()
-	for i, m := range g {
+	w.pendingMu.Lock()
+	if w.pending == nil {
+		w.pending = map[*group]struct{}{}
+	}
+	w.pending[g] = struct{}{}
+	w.pendingMu.Unlock()
+	defer func() {
+		w.pendingMu.Lock()
+		delete(w.pending, g)
+		w.pendingMu.Unlock()
+	}()
+	for {
 		if w.stopping.Load() {
-			w.release(g[i:])
-			w.slots.Release(int64(len(g) - i))
+			rest := g.take()
+			w.release(rest)
+			w.slots.Release(int64(len(rest)))
+			return
+		}
+		m := g.next()
+		if m == nil {
 			return
 		}
 		ok := w.process(m)
 		w.slots.Release(1)
-		if !ok && i+1 < len(g) {
+		if !ok {
 			// Later messages of the group must not overtake the failed one.
-			w.release(g[i+1:])
-			w.slots.Release(int64(len(g) - i - 1))
+			rest := g.take()
+			w.release(rest)
+			w.slots.Release(int64(len(rest)))
 			return
 		}
 	}
