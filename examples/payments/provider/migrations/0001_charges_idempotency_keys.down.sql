@@ -1,0 +1,2 @@
+DROP TABLE {{schema}}.idempotency_keys;
+DROP TABLE {{schema}}.charges;
