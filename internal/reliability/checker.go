@@ -1,0 +1,296 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Effect is one effect row.
+type Effect struct {
+	Key    string
+	Value  string
+	Worker string
+}
+
+// DLQMessage is one message read from the dead-letter queue.
+type DLQMessage struct {
+	Seq int64
+	// Key is the message's valid event key, or empty.
+	Key string
+}
+
+// Observations is everything the checker compares.
+type Observations struct {
+	Sends   []Send
+	Effects []Effect
+	// DLQ is what the final drain found in the dead-letter queue (before any redrive).
+	DLQ []DLQMessage
+	// Redriven are the keys the final drain redrove from the DLQ; EffectsBeforeRedrive counts
+	// their effects before the redrive.
+	Redriven             []string
+	EffectsBeforeRedrive int
+	Deletes              []DeleteRecord
+	// TotalsSum is the sum of the stacking business write; it must equal len(Effects).
+	TotalsSum int64
+}
+
+// Report is the checker's verdict on one run.
+type Report struct {
+	Scenario string
+	Messages int // messages sent (every attempt)
+	Workers  int
+	Duration time.Duration
+
+	SentOK, SentFailed, SentUnknown int // messages by send status
+	Keys                            int // distinct good keys sent (any status)
+	Effected                        int // good keys with at least one effect
+
+	// Lost: good keys sent ok at least once, never effected, not in the DLQ; and poison
+	// messages sent ok not in the DLQ. Must be 0.
+	Lost int
+	// Duplicated: keys with more than one effect. Must be 0. ExtraEffects counts the surplus.
+	Duplicated, ExtraEffects int
+	// Unexpected: effects of keys never sent (or only sent with a refused send). Must be 0.
+	Unexpected int
+	// UnknownSends: keys sent only with unknown outcome, and how many of them were effected
+	// (0 or 1 are both fine).
+	UnknownSends, UnknownEffected int
+	// PoisonSent and PoisonInDLQ count poison messages.
+	PoisonSent, PoisonInDLQ int
+	// GoodInDLQ: good messages in the DLQ; ProcessedInDLQ: of those, keys already effected.
+	GoodInDLQ, ProcessedInDLQ int
+	// Redriven: keys redriven from the DLQ; RedriveSecondEffects: effects they gained (must be 0).
+	Redriven, RedriveSecondEffects int
+	// Deletes: delete entries the workers sent. DeletesUncommitted: not preceded by a committed
+	// inbox row (missing, no key, after an unknown commit, unknown handle, or unverified and
+	// still without a row at the end). Must be 0. DeletesUnverified: the database could not be
+	// asked at the time (it was down); each must have a row at the end.
+	Deletes, DeletesUncommitted, DeletesUnverified int
+	// BusinessMismatch: the stacking business write differs from the effect count. Must be 0.
+	BusinessMismatch int64
+
+	// Checks are the scenario's own failed conditions (a fault that did not happen, a hot loop,
+	// a worker that crashed); Notes are its measurements.
+	Checks, Notes []string
+
+	// Examples names a few offending keys or sequence numbers per problem.
+	Examples []string
+}
+
+// Problems lists the invariant violations of the report; empty means it passed.
+func (r *Report) Problems() []string {
+	var p []string
+	add := func(n int64, what string) {
+		if n != 0 {
+			p = append(p, fmt.Sprintf("%s: %d", what, n))
+		}
+	}
+	add(int64(r.Lost), "lost")
+	add(int64(r.Duplicated), "duplicated keys")
+	add(int64(r.Unexpected), "unexpected effects")
+	add(int64(r.RedriveSecondEffects), "second effects after redrive")
+	add(int64(r.DeletesUncommitted), "deletes not preceded by a committed inbox row")
+	add(r.BusinessMismatch, "business write mismatch")
+	return append(p, r.Checks...)
+}
+
+// Check compares the observations and returns the report.
+func Check(o Observations) Report {
+	var r Report
+	ex := func(format string, args ...any) {
+		if len(r.Examples) < 12 {
+			r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
+		}
+	}
+	type keyState struct{ ok, unknown, failed int }
+	keys := map[string]*keyState{}
+	poison := map[int64]Send{}
+	for _, s := range o.Sends {
+		r.Messages++
+		switch s.Status {
+		case SendOK:
+			r.SentOK++
+		case SendFailed:
+			r.SentFailed++
+		default:
+			r.SentUnknown++
+		}
+		if IsPoison(s.Kind) {
+			if s.Status != SendFailed {
+				poison[s.Seq] = s
+			}
+			if s.Status == SendOK {
+				r.PoisonSent++
+			}
+			continue
+		}
+		ks := keys[s.Key]
+		if ks == nil {
+			ks = &keyState{}
+			keys[s.Key] = ks
+		}
+		switch s.Status {
+		case SendOK:
+			ks.ok++
+		case SendFailed:
+			ks.failed++
+		default:
+			ks.unknown++
+		}
+	}
+	r.Keys = len(keys)
+	effects := map[string]int{}
+	for _, e := range o.Effects {
+		effects[e.Key]++
+	}
+	inDLQ := map[string]bool{}
+	dlqSeq := map[int64]bool{}
+	for _, m := range o.DLQ {
+		dlqSeq[m.Seq] = true
+		if p, ok := poison[m.Seq]; ok {
+			_ = p
+			r.PoisonInDLQ++
+			continue
+		}
+		r.GoodInDLQ++
+		inDLQ[m.Key] = true
+		if effects[m.Key] > 0 {
+			r.ProcessedInDLQ++
+		}
+	}
+	for seq, p := range poison {
+		if p.Status == SendOK && !dlqSeq[seq] {
+			r.Lost++
+			ex("lost poison message seq %d (%s)", seq, p.Kind)
+		}
+	}
+	for k, ks := range keys {
+		n := effects[k]
+		if n > 0 {
+			r.Effected++
+		}
+		if n > 1 {
+			r.Duplicated++
+			r.ExtraEffects += n - 1
+			ex("key %s has %d effects", k, n)
+		}
+		switch {
+		case ks.ok > 0:
+			if n == 0 && !inDLQ[k] {
+				r.Lost++
+				ex("lost key %s", k)
+			}
+		case ks.unknown > 0:
+			r.UnknownSends++
+			if n > 0 {
+				r.UnknownEffected++
+			}
+		default: // only refused sends
+			if n > 0 {
+				r.Unexpected++
+				ex("key %s effected but every send was refused", k)
+			}
+		}
+	}
+	for k := range effects {
+		if _, ok := keys[k]; !ok {
+			r.Unexpected++
+			ex("effect of unsent key %q", k)
+		}
+	}
+	r.Redriven = len(o.Redriven)
+	after := 0
+	for _, k := range o.Redriven {
+		after += effects[k]
+	}
+	if r.Redriven > 0 {
+		r.RedriveSecondEffects = after - o.EffectsBeforeRedrive
+	}
+	for _, d := range o.Deletes {
+		r.Deletes++
+		switch d.Status {
+		case DeleteCommitted:
+		case DeleteUnverified:
+			r.DeletesUnverified++
+			if effects[d.Key] == 0 {
+				r.DeletesUncommitted++
+				ex("delete of %s (seq %d) unverified and never committed", d.Key, d.Seq)
+			}
+		default:
+			r.DeletesUncommitted++
+			ex("delete of %q (seq %d) by %s: %s", d.Key, d.Seq, d.Worker, d.Status)
+		}
+	}
+	r.BusinessMismatch = o.TotalsSum - int64(len(o.Effects))
+	sort.Strings(r.Examples)
+	return r
+}
+
+// Observe loads the run's effects and business totals and its delete logs, and adds the sends
+// and what the drain found.
+func (r *Run) Observe(ctx context.Context, sends []Send, d *DrainResult) (Observations, error) {
+	o := Observations{Sends: sends}
+	if d != nil {
+		o.DLQ, o.Redriven, o.EffectsBeforeRedrive = d.DLQ, d.Redriven, d.EffectsBeforeRedrive
+	}
+	rows, err := r.Pool.Query(ctx, `SELECT key, value, worker FROM `+r.Schema+`.effects`)
+	if err != nil {
+		return o, err
+	}
+	for rows.Next() {
+		var e Effect
+		if err := rows.Scan(&e.Key, &e.Value, &e.Worker); err != nil {
+			rows.Close()
+			return o, err
+		}
+		o.Effects = append(o.Effects, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return o, err
+	}
+	if err := r.Pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM `+r.Schema+`.totals`).Scan(&o.TotalsSum); err != nil {
+		return o, err
+	}
+	o.Deletes, err = ReadDeleteLogs(r.AuditDir)
+	return o, err
+}
+
+// WriteTable prints reports as a table.
+func WriteTable(w io.Writer, reports []Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tmsgs\twkrs\tsecs\tsent ok/fail/unk\teffected\tlost\tdup\tunexp\tunk→effected\tpoison→DLQ\tprocessed-in-DLQ\tredriven(2nd)\tdeletes\tdel w/o commit\tunverified\tresult\t")
+	for _, r := range reports {
+		res := "PASS"
+		if len(r.Problems()) > 0 {
+			res = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d/%d/%d\t%d/%d\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d\t%d(%d)\t%d\t%d\t%d\t%s\t\n",
+			r.Scenario, r.Messages, r.Workers, r.Duration.Seconds(), r.SentOK, r.SentFailed, r.SentUnknown,
+			r.Effected, r.Keys, r.Lost, r.Duplicated, r.Unexpected, r.UnknownEffected, r.UnknownSends,
+			r.PoisonInDLQ, r.PoisonSent, r.ProcessedInDLQ, r.Redriven, r.RedriveSecondEffects,
+			r.Deletes, r.DeletesUncommitted, r.DeletesUnverified, res)
+	}
+	return tw.Flush()
+}
+
+// String is the report in one paragraph, with its examples.
+func (r *Report) String() string {
+	var b strings.Builder
+	_ = WriteTable(&b, []Report{*r})
+	for _, e := range r.Problems() {
+		b.WriteString("  problem: " + e + "\n")
+	}
+	for _, e := range r.Notes {
+		b.WriteString("  note: " + e + "\n")
+	}
+	for _, e := range r.Examples {
+		b.WriteString("  example: " + e + "\n")
+	}
+	return b.String()
+}

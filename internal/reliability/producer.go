@@ -1,0 +1,247 @@
+package reliability
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+	"golang.org/x/sync/errgroup"
+)
+
+// AttrSeq is the message attribute that carries a send's sequence number, so that every message
+// (a poison one too) can be found in the dead-letter queue.
+const AttrSeq = "rel_seq"
+
+// Kinds of events.
+const (
+	KindGood = "good"
+	// Poison kinds: the message can never be processed and must end in the DLQ.
+	KindUndecodable = "poison-undecodable" // not JSON, no key attribute
+	KindMissingKey  = "poison-missing-key" // JSON without an id
+	KindLongKey     = "poison-long-key"    // a key over 512 bytes
+	KindNULKey      = "poison-nul-key"     // a key with a NUL byte
+	KindBadUTF8Key  = "poison-bad-utf8"    // a key that is not valid UTF-8 (fake only: SQS cannot carry it)
+	KindPanic       = "poison-panic"       // a valid key whose handler panics
+)
+
+// PoisonKinds are the poison kinds an SQS server can carry.
+var PoisonKinds = []string{KindUndecodable, KindMissingKey, KindLongKey, KindNULKey, KindPanic}
+
+// IsPoison reports whether kind is a poison kind.
+func IsPoison(kind string) bool { return strings.HasPrefix(kind, "poison-") }
+
+// Send statuses.
+const (
+	SendOK      = "ok"
+	SendFailed  = "failed"  // the server refused: not stored
+	SendUnknown = "unknown" // timeout or broken connection: maybe stored
+)
+
+// Event is one event the producer sends.
+type Event struct {
+	Key   string // the event key; for poison kinds, what goes on the wire
+	Value string
+	Kind  string
+}
+
+// GoodEvents returns n good events with keys prefix-i and unique values.
+func GoodEvents(prefix string, n int) []Event {
+	out := make([]Event, n)
+	for i := range out {
+		out[i] = Event{Key: fmt.Sprintf("%s-%06d", prefix, i), Value: fmt.Sprintf("v-%s-%06d-%s", prefix, i, randHex(3)), Kind: KindGood}
+	}
+	return out
+}
+
+// PoisonEvents returns n poison events cycling through kinds.
+func PoisonEvents(prefix string, n int, kinds []string) []Event {
+	out := make([]Event, n)
+	for i := range out {
+		out[i] = Event{Key: fmt.Sprintf("%s-%06d", prefix, i), Value: fmt.Sprintf("pv-%s-%06d", prefix, i), Kind: kinds[i%len(kinds)]}
+	}
+	return out
+}
+
+// Producer sends events and records every send (one record per SQS message it tried to create).
+// The records are kept in memory, so that a database outage does not stop the producer.
+type Producer struct {
+	Run *Run
+	// Client sends; nil means Run.Client.
+	Client interface {
+		SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+	}
+	// Retries is how many more times a failed or unknown send is retried, with the same key
+	// and value (a new SQS message), as a retrying producer does.
+	Retries int
+	// Timeout bounds each send call. 0 means 10 s.
+	Timeout time.Duration
+	// Parallel is the number of concurrent senders. 0 means 4.
+	Parallel int
+
+	seq   atomic.Int64
+	mu    sync.Mutex
+	sends []Send
+}
+
+// Send is the record of one SQS message the producer tried to create.
+type Send struct {
+	Seq    int64
+	Key    string
+	Value  string
+	Kind   string
+	Status string
+}
+
+// Send sends events in batches of ten, spread evenly over spread (0: as fast as possible).
+func (p *Producer) Send(ctx context.Context, events []Event, spread time.Duration) error {
+	par := p.Parallel
+	if par == 0 {
+		par = 4
+	}
+	batches := (len(events) + 9) / 10
+	var interval time.Duration
+	if spread > 0 && batches > 0 {
+		interval = spread / time.Duration(batches)
+	}
+	start := time.Now()
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(par)
+	for b := 0; b < batches; b++ {
+		if interval > 0 {
+			if err := sleep(ctx, time.Until(start.Add(time.Duration(b)*interval))); err != nil {
+				break
+			}
+		}
+		batch := events[b*10 : min(len(events), b*10+10)]
+		g.Go(func() error { return p.sendBatch(ctx, batch) })
+	}
+	return g.Wait()
+}
+
+type sendRow struct {
+	seq    int64
+	ev     Event
+	status string
+}
+
+func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
+	c := p.Client
+	if c == nil {
+		c = p.Run.Client
+	}
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	todo := batch
+	for attempt := 0; attempt <= p.Retries && len(todo) > 0; attempt++ {
+		rows := make([]sendRow, len(todo))
+		entries := make([]types.SendMessageBatchRequestEntry, len(todo))
+		for i, ev := range todo {
+			rows[i] = sendRow{seq: p.seq.Add(1), ev: ev}
+			entries[i] = entry(strconv.Itoa(i), rows[i].seq, ev)
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		out, err := c.SendMessageBatch(cctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(p.Run.Queue.URL), Entries: entries})
+		cancel()
+		status := SendOK
+		if err != nil {
+			status = classify(err)
+		}
+		failed := map[string]bool{}
+		if err == nil {
+			for _, f := range out.Failed {
+				failed[aws.ToString(f.Id)] = true
+			}
+		}
+		var retry []Event
+		for i := range rows {
+			rows[i].status = status
+			if failed[strconv.Itoa(i)] {
+				rows[i].status = SendFailed
+			}
+			if rows[i].status != SendOK {
+				retry = append(retry, rows[i].ev)
+			}
+		}
+		_ = p.record(ctx, rows)
+		if ctx.Err() != nil {
+			return nil
+		}
+		todo = retry
+		if len(todo) > 0 {
+			_ = sleep(ctx, time.Duration(100*(attempt+1))*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// classify tells a refused send (a 4xx answer: nothing stored) from one whose outcome is unknown.
+func classify(err error) string {
+	var re interface{ HTTPStatusCode() int }
+	var ae smithy.APIError
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 && errors.As(err, &ae) {
+		return SendFailed
+	}
+	return SendUnknown
+}
+
+// entry builds the SQS message of an event.
+func entry(id string, seq int64, ev Event) types.SendMessageBatchRequestEntry {
+	attrs := map[string]types.MessageAttributeValue{
+		AttrSeq: {DataType: aws.String("String"), StringValue: aws.String(strconv.FormatInt(seq, 10))},
+	}
+	var body string
+	switch ev.Kind {
+	case KindUndecodable:
+		body = "not json: " + ev.Value
+	case KindMissingKey:
+		body = mustJSON(Body{Value: ev.Value, Seq: seq})
+	case KindLongKey:
+		body = mustJSON(Body{ID: strings.Repeat("k", 600), Value: ev.Value, Seq: seq})
+	case KindNULKey:
+		body = mustJSON(Body{ID: ev.Key + "\x00", Value: ev.Value, Seq: seq})
+	case KindBadUTF8Key:
+		// Built by hand: encoding/json would replace the invalid bytes.
+		body = `{"id":"` + ev.Key + "\xff\xfe" + `","value":"` + ev.Value + `","seq":` + strconv.FormatInt(seq, 10) + `}`
+	case KindPanic:
+		body = mustJSON(Body{ID: ev.Key, Value: ev.Value, Seq: seq, Panic: true})
+	default:
+		body = mustJSON(Body{ID: ev.Key, Value: ev.Value, Seq: seq})
+	}
+	return types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(body), MessageAttributes: attrs}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func (p *Producer) record(_ context.Context, rows []sendRow) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range rows {
+		p.sends = append(p.sends, Send{Seq: r.seq, Key: r.ev.Key, Value: r.ev.Value, Kind: r.ev.Kind, Status: r.status})
+	}
+	return nil
+}
+
+// Sends returns every send recorded so far.
+func (p *Producer) Sends() []Send {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Send(nil), p.sends...)
+}

@@ -1,0 +1,553 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// Size scales a scenario.
+type Size struct {
+	// Messages is the number of good events.
+	Messages int
+	// Workers is the number of workers (processes, or in-process workers where the fault is not
+	// about processes).
+	Workers int
+	// Spread is how long the producer takes to send them (0: at once).
+	Spread time.Duration
+}
+
+// Scenario is one fault, run at a given size.
+type Scenario struct {
+	// Name is short and stable (a test name and a table row).
+	Name string
+	// Fault is the number of the fault in issue 7 (0 for the checker's control run).
+	Fault int
+	// Doc says what the scenario does.
+	Doc string
+	// ExpectFail is true for the control run of a broken worker: the checker must flag it.
+	ExpectFail bool
+	Run        func(ctx context.Context, e *Env, s Size) (*Report, error)
+}
+
+// Scenarios lists every scenario, in fault order.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "control-ack-before-commit", Fault: 0, ExpectFail: true, Run: runAckBeforeCommit,
+			Doc: "a deliberately broken worker deletes before it commits and is killed in between: the checker must report lost messages and deletes without a committed row"},
+		{Name: "sigkill", Fault: 1, Run: runSigkill,
+			Doc: "worker processes SIGKILLed at random points, repeatedly, and restarted"},
+		{Name: "sigstop", Fault: 2, Run: runSigstop,
+			Doc: "a worker process SIGSTOPped for longer than the visibility timeout, then SIGCONTed"},
+		{Name: "postgres-restart", Fault: 3, Run: runPostgresRestart,
+			Doc: "PostgreSQL stopped with -m immediate and with -m fast mid-run, and started again"},
+		{Name: "commit-cut", Fault: 4, Run: runCommitCut,
+			Doc: "the connection to PostgreSQL cut during COMMIT by a TCP proxy, before and after the server got it"},
+		{Name: "sqs-outage-throttle", Fault: 5, Run: runSQSOutage,
+			Doc: "throttling and 5xx injected by an HTTP proxy in front of the SQS server, then the server unreachable (connections reset) and back"},
+		{Name: "delete-fails-dlq-redrive", Fault: 6, Run: runDeleteFails,
+			Doc: "deletes of some messages fail until they reach the DLQ; then the DLQ is redriven"},
+		{Name: "visibility-expires", Fault: 7, Run: runVisibilityExpires,
+			Doc: "heartbeats blocked and handlers slower than the visibility timeout: a second consumer waits on the inbox row"},
+		{Name: "poison", Fault: 8, Run: runPoison,
+			Doc: "poison messages (undecodable, no key, long key, NUL in key, panicking handler) mixed into good traffic"},
+		{Name: "poison-bad-utf8-fake", Fault: 8, Run: runPoisonFake,
+			Doc: "keys that are not valid UTF-8 (the in-process fake: SQS's JSON protocol cannot carry them)"},
+		{Name: "hot-key", Fault: 9, Run: runHotKey,
+			Doc: "1,000 copies of one key across several workers with small pools"},
+		{Name: "sigterm", Fault: 10, Run: runSigterm,
+			Doc: "SIGTERM under load (graceful), and SIGTERM with the grace period exceeded"},
+	}
+}
+
+// finish drains, observes and checks.
+func (r *Run) finish(ctx context.Context, prod *Producer, workers int, checks, notes []string) (*Report, error) {
+	d, err := r.Drain(ctx, DrainOptions{})
+	if err != nil {
+		return nil, err
+	}
+	o, err := r.Observe(ctx, prod.Sends(), d)
+	if err != nil {
+		return nil, err
+	}
+	rep := Check(o)
+	rep.Scenario, rep.Workers, rep.Duration = r.Name, workers, time.Since(r.Started)
+	rep.Checks = append(rep.Checks, checks...)
+	rep.Notes = append(rep.Notes, notes...)
+	if d.Rounds > 1 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the drain needed %d rounds", d.Rounds))
+	}
+	return &rep, nil
+}
+
+// termAll stops every process of the run with SIGTERM and reports those that did not exit 0.
+func (r *Run) termAll(timeout time.Duration) []string {
+	var bad []string
+	for _, p := range r.procs {
+		if ok, _ := p.Exited(); ok {
+			continue
+		}
+		if err := p.Term(timeout); err != nil {
+			bad = append(bad, fmt.Sprintf("worker %s: %v: %s", p.Cfg.ID, err, tail(p.Output(), 1500)))
+		}
+	}
+	return bad
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+type sendResult struct{ err error }
+
+// sendAsync runs the producer in the background.
+func sendAsync(ctx context.Context, p *Producer, events []Event, spread time.Duration) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- p.Send(ctx, events, spread) }()
+	return ch
+}
+
+func shuffle(evs []Event) []Event {
+	rand.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+	return evs
+}
+
+// withResends adds a second copy of every tenth event (a retrying producer).
+func withResends(evs []Event) []Event {
+	out := append([]Event(nil), evs...)
+	for i := 0; i < len(evs); i += 10 {
+		out = append(out, evs[i])
+	}
+	return out
+}
+
+func runAckBeforeCommit(ctx context.Context, e *Env, s Size) (*Report, error) {
+	r, err := e.NewRun(ctx, "control-ack-before-commit", RunOptions{Visibility: 3 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prod := &Producer{Run: r}
+	n := min(s.Messages, 300)
+	if err := prod.Send(ctx, GoodEvents("ack", n), 0); err != nil {
+		return nil, err
+	}
+	cfg := r.WorkerConfig("broken")
+	cfg.Mode, cfg.CrashAt, cfg.JitterDelay = ModeAckBeforeCommit, n/4, 20*time.Millisecond
+	p, err := r.StartProc(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if done, _ := p.Wait(2 * time.Minute); !done {
+		return nil, fmt.Errorf("the broken worker did not crash: %s", tail(p.Output(), 2000))
+	}
+	if _, err := r.StartProc(r.WorkerConfig("healthy")); err != nil {
+		return nil, err
+	}
+	if err := r.WaitEffects(ctx, n/2, time.Minute); err != nil {
+		return nil, err
+	}
+	checks := r.termAll(time.Minute)
+	return r.finish(ctx, prod, 2, checks, nil)
+}
+
+func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
+	r, err := e.NewRun(ctx, "sigkill", RunOptions{Visibility: 3 * time.Second, MaxReceive: 20})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prod := &Producer{Run: r, Retries: 2}
+	cfgs := make([]WorkerConfig, s.Workers)
+	procs := make([]*Proc, s.Workers)
+	for i := range cfgs {
+		cfgs[i] = r.WorkerConfig(fmt.Sprintf("w%d", i))
+		cfgs[i].JitterDelay = 20 * time.Millisecond
+		if procs[i], err = r.StartProc(cfgs[i]); err != nil {
+			return nil, err
+		}
+	}
+	sent := sendAsync(ctx, prod, withResends(GoodEvents("kill", s.Messages)), s.Spread)
+	kills, gen := 0, 0
+	var sendErr error
+	producing := true
+	for producing || kills < 3*s.Workers {
+		if err := sleep(ctx, time.Duration(300+rand.IntN(1200))*time.Millisecond); err != nil {
+			return nil, err
+		}
+		select {
+		case sendErr = <-sent:
+			producing = false
+		default:
+		}
+		if !producing {
+			if n, _ := r.Count(ctx, r.Queue.URL); n == 0 {
+				break // nothing left to kill in the middle of
+			}
+		}
+		i := rand.IntN(len(procs))
+		procs[i].Kill()
+		kills++
+		gen++
+		c := cfgs[i]
+		c.ID = fmt.Sprintf("w%d.%d", i, gen)
+		if procs[i], err = r.StartProc(c); err != nil {
+			return nil, err
+		}
+	}
+	if sendErr != nil {
+		return nil, sendErr
+	}
+	checks := r.termAll(time.Minute)
+	return r.finish(ctx, prod, s.Workers, nil, append([]string{fmt.Sprintf("%d SIGKILLs", kills)}, checks...))
+}
+
+func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
+	const vis = 2 * time.Second
+	r, err := e.NewRun(ctx, "sigstop", RunOptions{Visibility: vis, MaxReceive: 20})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prod := &Producer{Run: r, Retries: 2}
+	var procs []*Proc
+	for i := range max(2, s.Workers) {
+		c := r.WorkerConfig(fmt.Sprintf("w%d", i))
+		c.JitterDelay = 20 * time.Millisecond
+		p, err := r.StartProc(c)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	sent := sendAsync(ctx, prod, GoodEvents("stop", s.Messages), s.Spread)
+	stops := 0
+	for round := range 2 {
+		if err := r.WaitEffects(ctx, s.Messages*(round+1)/5, 2*time.Minute); err != nil {
+			return nil, err
+		}
+		p := procs[round%len(procs)]
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			return nil, err
+		}
+		stops++
+		err := sleep(ctx, 2*vis+time.Second)
+		if cerr := p.Signal(syscall.SIGCONT); cerr != nil {
+			return nil, cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := <-sent; err != nil {
+		return nil, err
+	}
+	var checks []string
+	for _, p := range procs {
+		if ok, err := p.Exited(); ok {
+			checks = append(checks, fmt.Sprintf("worker %s exited: %v", p.Cfg.ID, err))
+		}
+	}
+	checks = append(checks, r.termAll(time.Minute)...)
+	return r.finish(ctx, prod, len(procs), checks, []string{fmt.Sprintf("%d SIGSTOPs of %v", stops, 2*vis+time.Second)})
+}
+
+// ErrSharedServer is returned by scenarios that restart PostgreSQL when the tests run against
+// TEST_DATABASE_URL's server.
+var ErrSharedServer = errors.New("reliability: this scenario stops and restarts PostgreSQL, so it runs only on a throwaway cluster " +
+	"that the harness starts itself; TEST_DATABASE_URL is set, and a shared server is never restarted. " +
+	"Unset TEST_DATABASE_URL (the local PostgreSQL binaries are then used) to run it; it is not skipped")
+
+func runPostgresRestart(ctx context.Context, e *Env, s Size) (*Report, error) {
+	if os.Getenv(pgtest.EnvURL) != "" {
+		return nil, ErrSharedServer
+	}
+	db, err := pgtest.Start(ctx, "relpg")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if !db.Owned() {
+		return nil, ErrSharedServer
+	}
+	r, err := e.NewRun(ctx, "postgres-restart", RunOptions{DB: db, Visibility: 3 * time.Second, MaxReceive: 10})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prod := &Producer{Run: r, Retries: 2}
+	var ws []*Worker
+	defer func() {
+		for _, w := range ws {
+			_ = w.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	for i := range s.Workers {
+		c := r.WorkerConfig(fmt.Sprintf("w%d", i))
+		c.JitterDelay = 10 * time.Millisecond
+		w, err := StartWorker(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	sent := sendAsync(ctx, prod, withResends(GoodEvents("pg", s.Messages)), s.Spread)
+	var checks, notes []string
+	const outage = 5 * time.Second
+	for round, mode := range []string{"immediate", "fast"} {
+		if err := r.WaitEffects(ctx, s.Messages*(round+1)/4, 3*time.Minute); err != nil {
+			return nil, err
+		}
+		down := time.Now()
+		if err := db.Stop(mode); err != nil {
+			return nil, err
+		}
+		err := sleep(ctx, outage)
+		up := time.Now()
+		if serr := db.StartAgain(); serr != nil {
+			return nil, serr
+		}
+		if err != nil {
+			return nil, err
+		}
+		// Receives while the database was down (the first second excluded: handlers in flight
+		// find out then).
+		recv, peak := 0, 0
+		for _, w := range ws {
+			recv += w.Audit.Calls().Total("ReceiveMessage", down.Add(time.Second), up)
+			peak = max(peak, w.Audit.Calls().MaxPerSecond("ReceiveMessage", down.Add(time.Second), up))
+		}
+		notes = append(notes, fmt.Sprintf("stop -m %s for %v: %d receives by %d workers while down (peak %d/s per worker)",
+			mode, outage, recv, len(ws), peak))
+		// Pollers pause: a spin would make hundreds of receives a second.
+		if peak > 20 {
+			checks = append(checks, fmt.Sprintf("stop -m %s: %d receives in one second by one worker while the database was down: pollers did not pause", mode, peak))
+		}
+	}
+	if err := <-sent; err != nil {
+		return nil, err
+	}
+	if err := r.WaitEffects(ctx, s.Messages, 3*time.Minute); err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		if err := w.Stop(ctx); err != nil {
+			checks = append(checks, "stop: "+err.Error())
+		}
+	}
+	ws = nil
+	rep, err := r.finish(ctx, prod, s.Workers, checks, notes)
+	if err == nil && rep.GoodInDLQ > 0 {
+		rep.Checks = append(rep.Checks, fmt.Sprintf("%d good messages burned their receive counts into the DLQ during the outages", rep.GoodInDLQ))
+	}
+	return rep, err
+}
+
+func runPoison(ctx context.Context, e *Env, s Size) (*Report, error) {
+	r, err := e.NewRun(ctx, "poison", RunOptions{Visibility: 2 * time.Second, MaxReceive: 3})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prod := &Producer{Run: r, Retries: 2}
+	var procs []*Proc
+	for i := range s.Workers {
+		c := r.WorkerConfig(fmt.Sprintf("w%d", i))
+		c.Backoff = 200 * time.Millisecond
+		p, err := r.StartProc(c)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	evs := append(GoodEvents("good", s.Messages), PoisonEvents("poison", max(len(PoisonKinds), s.Messages/10), PoisonKinds)...)
+	if err := prod.Send(ctx, shuffle(evs), s.Spread); err != nil {
+		return nil, err
+	}
+	if err := r.WaitEffects(ctx, s.Messages, 3*time.Minute); err != nil {
+		return nil, err
+	}
+	// Wait for the poison to reach the DLQ while the workers still run.
+	poison := max(len(PoisonKinds), s.Messages/10)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n, err := r.Count(ctx, r.Queue.DLQURL)
+		if err == nil && n >= poison {
+			break
+		}
+		if time.Now().After(deadline) {
+			break // the checker says what is missing
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	var checks []string
+	for _, p := range procs {
+		if ok, err := p.Exited(); ok {
+			checks = append(checks, fmt.Sprintf("worker %s crashed: %v: %s", p.Cfg.ID, err, tail(p.Output(), 1500)))
+		}
+	}
+	checks = append(checks, r.termAll(time.Minute)...)
+	rep, err := r.finish(ctx, prod, s.Workers, checks, nil)
+	if err == nil {
+		if rep.PoisonInDLQ != rep.PoisonSent {
+			rep.Checks = append(rep.Checks, fmt.Sprintf("%d of %d poison messages in the DLQ", rep.PoisonInDLQ, rep.PoisonSent))
+		}
+		if rep.GoodInDLQ > 0 {
+			rep.Checks = append(rep.Checks, fmt.Sprintf("%d good messages in the DLQ", rep.GoodInDLQ))
+		}
+	}
+	return rep, err
+}
+
+func runHotKey(ctx context.Context, e *Env, s Size) (*Report, error) {
+	r, err := e.NewRun(ctx, "hot-key", RunOptions{Visibility: 10 * time.Second, MaxReceive: 20})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prod := &Producer{Run: r, Retries: 2}
+	hot := Event{Key: "hot-key-1", Value: "hot-value", Kind: KindGood}
+	evs := GoodEvents("warm", s.Messages)
+	for range 1000 {
+		evs = append(evs, hot)
+	}
+	if err := prod.Send(ctx, shuffle(evs), s.Spread); err != nil {
+		return nil, err
+	}
+	var ws []*Worker
+	defer func() {
+		for _, w := range ws {
+			_ = w.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	met := &counters{}
+	for i := range max(3, s.Workers) {
+		c := r.WorkerConfig(fmt.Sprintf("w%d", i))
+		c.Concurrency, c.MaxConns, c.Metrics = 16, 4, met // fewer connections than handlers
+		w, err := StartWorker(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	var checks []string
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		n, err := r.Count(ctx, r.Queue.URL)
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			checks = append(checks, fmt.Sprintf("the hot key did not drain in 4 minutes (%d left): pool exhaustion or deadlock", n))
+			break
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	for _, w := range ws {
+		if err := w.Stop(ctx); err != nil {
+			checks = append(checks, "stop: "+err.Error())
+		}
+	}
+	ws = nil
+	notes := []string{fmt.Sprintf("1000 copies of one key + %d other keys; %d processed, %d duplicates", s.Messages, met.get(worker.Processed), met.get(worker.Duplicates))}
+	rep, err := r.finish(ctx, prod, max(3, s.Workers), checks, notes)
+	if err == nil {
+		var n int
+		if qerr := r.Pool.QueryRow(ctx, `SELECT count(*) FROM `+r.Schema+`.effects WHERE key = $1`, hot.Key).Scan(&n); qerr != nil {
+			return nil, qerr
+		}
+		if n != 1 {
+			rep.Checks = append(rep.Checks, fmt.Sprintf("the hot key has %d effects", n))
+		}
+	}
+	return rep, err
+}
+
+func runSigterm(ctx context.Context, e *Env, s Size) (*Report, error) {
+	r, err := e.NewRun(ctx, "sigterm", RunOptions{Visibility: 10 * time.Second, MaxReceive: 20})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prod := &Producer{Run: r, Retries: 2}
+	var checks, notes []string
+	start := func(id string, slow, grace time.Duration) (*Proc, error) {
+		c := r.WorkerConfig(id)
+		c.SlowDelay, c.ShutdownTimeout = slow, grace
+		return r.StartProc(c)
+	}
+	var procs []*Proc
+	for i := range max(2, s.Workers) {
+		p, err := start(fmt.Sprintf("w%d", i), 50*time.Millisecond, 20*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	sent := sendAsync(ctx, prod, GoodEvents("term", s.Messages), s.Spread)
+	// Graceful: SIGTERM under load; in-flight work finishes, and the process exits 0.
+	if err := r.WaitEffects(ctx, s.Messages/5, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := procs[0].Term(time.Minute); err != nil {
+		checks = append(checks, fmt.Sprintf("graceful SIGTERM: %v: %s", err, tail(procs[0].Output(), 1500)))
+	}
+	notes = append(notes, fmt.Sprintf("graceful SIGTERM under load: exited in %v", time.Since(t0).Round(10*time.Millisecond)))
+	// Grace period exceeded: handlers take 5 s, the grace is 1 s; they are cancelled, roll back,
+	// and their messages are released for redelivery.
+	slow, err := start("slow", 5*time.Second, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if err := sleep(ctx, 3*time.Second); err != nil { // let it take messages
+		return nil, err
+	}
+	t0 = time.Now()
+	if err := slow.Term(time.Minute); err != nil {
+		checks = append(checks, fmt.Sprintf("SIGTERM past the grace period: %v: %s", err, tail(slow.Output(), 1500)))
+	}
+	notes = append(notes, fmt.Sprintf("SIGTERM with handlers (5 s) longer than the grace period (1 s): exited in %v", time.Since(t0).Round(10*time.Millisecond)))
+	if err := <-sent; err != nil {
+		return nil, err
+	}
+	checks = append(checks, r.termAll(time.Minute)...)
+	return r.finish(ctx, prod, len(procs)+1, checks, notes)
+}
+
+// counters is a worker.Metrics that counts.
+type counters struct {
+	mu sync.Mutex
+	n  map[worker.Counter]int
+}
+
+func (c *counters) Add(k worker.Counter, n int) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[worker.Counter]int{}
+	}
+	c.n[k] += n
+	c.mu.Unlock()
+}
+func (c *counters) Observe(worker.Histogram, time.Duration) {}
+func (c *counters) SetInFlight(int)                         {}
+func (c *counters) get(k worker.Counter) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[k]
+}

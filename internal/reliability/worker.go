@@ -1,0 +1,290 @@
+package reliability
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
+)
+
+// EnvWorker names the environment variable that carries a worker process's configuration
+// (JSON of [WorkerConfig]). [WorkerMain] reads it.
+const EnvWorker = "SQSINBOX_RELIABILITY_WORKER"
+
+// Worker modes.
+const (
+	// ModeNormal is the real thing: inboxhandler on the worker.
+	ModeNormal = ""
+	// ModeAckBeforeCommit is a deliberately broken worker for the checker's self-test: it deletes
+	// each message before its transaction, and kills itself (SIGKILL) after the CrashAt-th such
+	// delete, before that message's commit.
+	ModeAckBeforeCommit = "ack-before-commit"
+)
+
+// WorkerConfig configures one worker of the harness, in a process of its own or in-process.
+type WorkerConfig struct {
+	// ID names the worker in effects and delete logs.
+	ID string
+	// DatabaseURL is the database the inbox uses (possibly through a fault proxy).
+	DatabaseURL string
+	// AuditDatabaseURL is the database the delete audit asks, directly. Empty means DatabaseURL.
+	AuditDatabaseURL string
+	Schema           string
+	QueueURL         string
+	// SQSEndpoint, if set, replaces the SQS endpoint (a fault proxy).
+	SQSEndpoint string
+	// AuditDir receives the delete log.
+	AuditDir string
+	// Concurrency is the worker's Config.Concurrency. 0 means 8.
+	Concurrency int
+	// MaxConns caps the worker's pool. 0 means pgxpool's default.
+	MaxConns int32
+	// Visibility is the worker's Config.VisibilityTimeout. 0 means the queue's.
+	Visibility time.Duration
+	// ShutdownTimeout is the worker's Config.ShutdownTimeout. 0 means 20 s.
+	ShutdownTimeout time.Duration
+	// JitterDelay is the longest random pause inside each transaction, after the claim (it widens
+	// the windows that kills can land in). 0 means none.
+	JitterDelay time.Duration
+	// SlowDelay is a pause inside every transaction. 0 means none.
+	SlowDelay time.Duration
+	// Backoff is the redelivery delay after a failure. 0 means 1 s.
+	Backoff time.Duration
+	// Mode is ModeNormal or ModeAckBeforeCommit.
+	Mode string
+	// CrashAt is the ack after which a ModeAckBeforeCommit worker kills itself.
+	CrashAt int
+
+	// Wrap, in-process only, decorates the SQS client below the audit (fault injection).
+	Wrap func(Client) Client `json:"-"`
+	// Client, in-process only, replaces the SQS client (the fake).
+	Client Client `json:"-"`
+	// Metrics, in-process only, receives the worker's counters.
+	Metrics worker.Metrics `json:"-"`
+	// Logger, in-process only; nil means warnings to stderr.
+	Logger *slog.Logger `json:"-"`
+}
+
+// Worker is a running worker of the harness.
+type Worker struct {
+	W     *worker.Worker
+	Audit *Audit
+	pool  *pgxpool.Pool
+}
+
+// Stop stops the worker gracefully and closes its pools.
+func (w *Worker) Stop(ctx context.Context) error {
+	err := w.W.Stop(ctx)
+	w.pool.Close()
+	w.Audit.Close()
+	return err
+}
+
+// StartWorker starts a worker with the recording handler, its SQS client wrapped in the delete
+// audit.
+func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 8
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("worker", cfg.ID)
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	} else {
+		pcfg.MaxConns = int32(cfg.Concurrency) + 2
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	ib, err := inbox.New(pool, &inbox.Config{Schema: cfg.Schema, Logger: log})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	var base Client = cfg.Client
+	if base == nil {
+		awsCfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		base = sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+			if cfg.SQSEndpoint != "" {
+				o.BaseEndpoint = aws.String(cfg.SQSEndpoint)
+			}
+			o.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+		})
+	}
+	if cfg.Wrap != nil {
+		base = cfg.Wrap(base)
+	}
+	auditURL := cfg.AuditDatabaseURL
+	if auditURL == "" {
+		auditURL = cfg.DatabaseURL
+	}
+	audit, err := NewAudit(ctx, base, auditURL, cfg.Schema, cfg.ID, auditPath(cfg.AuditDir, cfg.ID))
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	h, err := inboxhandler.New(ib, HandlerName, nil, recordingFunc(cfg))
+	if err != nil {
+		pool.Close()
+		audit.Close()
+		return nil, err
+	}
+	handler := worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		err := h.Handle(ctx, m)
+		if errors.Is(err, inbox.ErrCommitUnknown) {
+			audit.MarkUnknownCommit(m.ReceiptHandle)
+		}
+		return err
+	})
+	var wh worker.Handler = handlerWithCheck{handler, h}
+	if cfg.Mode == ModeAckBeforeCommit {
+		var acks atomic.Int64
+		wh = handlerWithCheck{worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if _, err := audit.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(cfg.QueueURL), ReceiptHandle: aws.String(m.ReceiptHandle)}); err != nil {
+				return err
+			}
+			if acks.Add(1) == int64(cfg.CrashAt) {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			return handler(ctx, m)
+		}), h}
+	}
+	backoff := cfg.Backoff
+	if backoff == 0 {
+		backoff = time.Second
+	}
+	shutdown := cfg.ShutdownTimeout
+	if shutdown == 0 {
+		shutdown = 20 * time.Second
+	}
+	w, err := worker.New(audit, &worker.Config{
+		QueueURL: cfg.QueueURL, Handler: wh, Concurrency: cfg.Concurrency, WaitTime: time.Second,
+		VisibilityTimeout: cfg.Visibility, ShutdownTimeout: shutdown,
+		Backoff: func(int) time.Duration { return backoff }, Logger: log, Metrics: cfg.Metrics,
+	})
+	if err == nil {
+		err = w.Start(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		audit.Close()
+		return nil, err
+	}
+	return &Worker{W: w, Audit: audit, pool: pool}, nil
+}
+
+// handlerWithCheck keeps the inbox handler's start-up checks on a wrapped handler.
+type handlerWithCheck struct {
+	worker.Handler
+	qc worker.QueueChecker
+}
+
+func (h handlerWithCheck) CheckQueue(ctx context.Context, q *worker.Queue) error {
+	return h.qc.CheckQueue(ctx, q)
+}
+
+// Body is the JSON body of the producer's good messages.
+type Body struct {
+	ID    string `json:"id,omitempty"`
+	Value string `json:"value"`
+	Seq   int64  `json:"seq"`
+	Panic bool   `json:"panic,omitempty"`
+}
+
+// recordingFunc is the handler: an effect row and a stacking business write, in the inbox's
+// transaction.
+func recordingFunc(cfg WorkerConfig) inboxhandler.Func {
+	effects := `INSERT INTO ` + cfg.Schema + `.effects (key, value, worker, attempt) VALUES ($1, $2, $3, $4)`
+	totals := `INSERT INTO ` + cfg.Schema + `.totals (bucket, n) VALUES ($1, 1) ON CONFLICT (bucket) DO UPDATE SET n = totals.n + 1`
+	return func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+		key, _, _ := inbox.EventKey(ctx)
+		var b Body
+		if err := json.Unmarshal(m.Body, &b); err != nil {
+			return fmt.Errorf("reliability: body: %w", err)
+		}
+		if b.Panic {
+			panic("reliability: poison message " + key)
+		}
+		if cfg.JitterDelay > 0 {
+			if err := sleep(ctx, rand.N(cfg.JitterDelay)); err != nil {
+				return err
+			}
+		}
+		if cfg.SlowDelay > 0 {
+			if err := sleep(ctx, cfg.SlowDelay); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, effects, key, b.Value, cfg.ID, m.ReceiveCount); err != nil {
+			return err
+		}
+		h := fnv.New32a()
+		_, _ = io.WriteString(h, key)
+		_, err := tx.Exec(ctx, totals, int(h.Sum32()%16))
+		return err
+	}
+}
+
+// WorkerMain is the body of a worker process: it reads its [WorkerConfig] from [EnvWorker],
+// runs until SIGTERM, stops gracefully and returns the process's exit code. It returns -1 when
+// EnvWorker is not set.
+func WorkerMain() int {
+	raw := os.Getenv(EnvWorker)
+	if raw == "" {
+		return -1
+	}
+	var cfg WorkerConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "reliability worker:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	w, err := StartWorker(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reliability worker:", err)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, "reliability worker: started", cfg.ID)
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := w.Stop(sctx); err != nil {
+		fmt.Fprintln(os.Stderr, "reliability worker: stop:", err)
+		return 3
+	}
+	fmt.Fprintln(os.Stderr, "reliability worker: stopped", cfg.ID)
+	return 0
+}
