@@ -407,6 +407,8 @@ func TestRetryDuringAttemptGets409ThenReplay(t *testing.T) {
 	b := setup(t, nil)
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // a failing test must not leave the handler blocked
 	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
 		close(entered)
 		<-release
@@ -426,7 +428,7 @@ func TestRetryDuringAttemptGets409ThenReplay(t *testing.T) {
 	if r := b.do(t, request{keys: []string{"slow"}, body: `{"amount":1,"currency":"EUR"}`}); r.status != http.StatusConflict {
 		t.Fatalf("different body during: %d", r.status)
 	}
-	close(release)
+	releaseOnce()
 	first := <-done
 	again := b.do(t, request{keys: []string{"slow"}, body: payBody})
 	if first.status != http.StatusCreated || !again.replayed() || !bytes.Equal(again.body, first.body) {
@@ -497,6 +499,8 @@ func TestRetryWaitingForTheAttemptReplaysIt(t *testing.T) {
 	b := setup(t, &idempotency.Config{Wait: 20 * time.Second})
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // a failing test must not leave the handler blocked
 	b.app.hook = func(w http.ResponseWriter, r *http.Request) bool {
 		close(entered)
 		<-release
@@ -517,10 +521,10 @@ func TestRetryWaitingForTheAttemptReplaysIt(t *testing.T) {
 	eventually(t, 30*time.Second, "the retry to wait on the key's row lock", func() bool {
 		var n int
 		err := b.pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "+
-			"AND wait_event_type = 'Lock' AND strpos(query, $1) > 0", b.schema+".").Scan(&n)
+			"AND wait_event_type = 'Lock' AND strpos(query, $1) > 0", b.schema).Scan(&n)
 		return err == nil && n > 0
 	})
-	close(release)
+	releaseOnce()
 	first, retry := <-firstDone, <-retryDone
 	if first.status != http.StatusCreated || first.replayed() {
 		t.Fatalf("first: %d %s", first.status, first.body)
