@@ -247,7 +247,11 @@ func (w *Worker) poll() {
 		if err := w.pause.wait(ctx); err != nil {
 			return
 		}
-		n, err := w.acquire(ctx)
+		batch := w.cfg.BatchSize
+		if w.pause.active() {
+			batch = 1 // a probe: one message, so an outage burns few receive counts
+		}
+		n, err := w.acquire(ctx, batch)
 		if err != nil {
 			return
 		}
@@ -289,13 +293,13 @@ func (w *Worker) poll() {
 }
 
 // acquire takes at least one slot, waiting for it, and then as many more as are free now, up to
-// the batch size.
-func (w *Worker) acquire(ctx context.Context) (int, error) {
+// batch.
+func (w *Worker) acquire(ctx context.Context, batch int) (int, error) {
 	if err := w.slots.Acquire(ctx, 1); err != nil {
 		return 0, err
 	}
 	n := 1
-	for n < w.cfg.BatchSize && w.slots.TryAcquire(1) {
+	for n < batch && w.slots.TryAcquire(1) {
 		n++
 	}
 	return n, nil
@@ -498,7 +502,9 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		d = w.cfg.Backoff(m.ReceiveCount)
 	}
 	if errors.As(err, &unavail) {
-		w.pause.fail(w.log)
+		// Keep the message away at least as long as the pause, so that the next probe is
+		// another message and no single one runs up its receive count.
+		d = max(d, w.pause.fail(w.log))
 	}
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
@@ -605,18 +611,23 @@ type pauser struct {
 	until time.Time
 }
 
-func (p *pauser) fail(log *slog.Logger) {
+// fail starts a pause, unless one is on, and returns how long the pause lasts from now.
+func (p *pauser) fail(log *slog.Logger) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	if now.Before(p.until) {
-		return // already paused
+		return p.until.Sub(now) // already paused
 	}
 	n := p.fails.Add(1)
 	d := jitter(expo(pauseBackoffMin, pauseBackoffMax, int(n)))
 	p.until = now.Add(d)
 	log.Warn("worker: a dependency is unavailable; pausing receives", "pause", d, "consecutive", n)
+	return d
 }
+
+// active reports whether the last results said the dependency is unavailable.
+func (p *pauser) active() bool { return p.fails.Load() > 0 }
 
 func (p *pauser) ok() {
 	if p.fails.Load() == 0 {
