@@ -97,8 +97,8 @@ func run(ctx context.Context, o options) (err error) {
 	defer func() {
 		if srv.GoAws && os.Getenv("SQSINBOX_TEST_GOAWS") == "1" && strings.HasPrefix(sqsDesc, "GoAws") {
 			// sqstest pointed this process's AWS environment at the GoAws it started: undo that.
-			os.Unsetenv("AWS_ENDPOINT_URL_SQS")
-			os.Unsetenv("SQSINBOX_TEST_GOAWS")
+			_ = os.Unsetenv("AWS_ENDPOINT_URL_SQS")
+			_ = os.Unsetenv("SQSINBOX_TEST_GOAWS")
 		}
 		srv.Close()
 	}()
@@ -187,6 +187,9 @@ func run(ctx context.Context, o options) (err error) {
 		outcome := "processed: order " + storyOrder + " is PICKING, a box heads for the door"
 		if m.snapshot().duplicates > before.duplicates {
 			outcome = "duplicate: the inbox has its row; deleted, no second box"
+			if i == 0 {
+				outcome = "duplicate: an earlier run against this database processed it; deleted, no second box"
+			}
 		}
 		say("%s  %s delivery %d: %s (pick tasks: %d)", time.Now().Format("15:04:05"), storyEvent, i+1, outcome, tasks[storyOrder])
 	}
