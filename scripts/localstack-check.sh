@@ -14,11 +14,13 @@
 #     installed), and uses the plain AWS CLI with an endpoint, not awslocal.
 #   - running the init scripts against a stub `aws` creates exactly the example queues, with the
 #     attributes the examples expect (EXPECTED below).
-# Needs bash and python3 with PyYAML; no network, no Docker.
+# Needs bash and python3 with PyYAML; shellcheck is optional. No network, no Docker.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 self=$repo/scripts/localstack-check.sh
+# SHELLCHECK names the shellcheck command (tests of this script set it to a missing one).
+shellcheck=${SHELLCHECK:-shellcheck}
 
 # check DIR: exit status 0 if DIR passes every rule; otherwise the violations go to stderr.
 check() {
@@ -34,8 +36,8 @@ check() {
 		bash -n "$script" 2>&1 | sed 's/^/FAIL: bash -n: /' >&2 || true
 		bash -n "$script" 2>/dev/null || rc=1
 		if [[ ${LOCALSTACK_CHECK_SHELLCHECK:-1} == 1 ]]; then
-			if command -v shellcheck >/dev/null; then
-				shellcheck -s bash "$script" >&2 || { echo "FAIL: shellcheck: $script" >&2; rc=1; }
+			if command -v "$shellcheck" >/dev/null; then
+				"$shellcheck" -s bash "$script" >&2 || { echo "FAIL: shellcheck: $script" >&2; rc=1; }
 			else
 				echo "localstack-check: shellcheck not installed: skipped the lint of $script" >&2
 			fi
@@ -297,7 +299,7 @@ self_test() {
 		"no redrive|$init|s#^\([[:space:]]*redrive=\).*#\1\"\"#|RedrivePolicy is missing"
 		"not executable|$init||is not executable"
 	)
-	if command -v shellcheck >/dev/null; then
+	if command -v "$shellcheck" >/dev/null; then
 		cases+=("shellcheck finding|$init|\$a echo \$1|shellcheck")
 	fi
 
