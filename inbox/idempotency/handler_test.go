@@ -536,3 +536,60 @@ func TestRetryWaitingForTheAttemptReplaysIt(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1", got)
 	}
 }
+
+func TestPurgeLoop(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{PurgeInterval: time.Hour})
+	b.do(t, request{keys: []string{"old"}, body: payBody})
+	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - interval '25 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- b.mw.PurgeLoop(ctx) }()
+	eventually(t, 30*time.Second, "the purge loop's first run", func() bool { return b.count(t, "idempotency_keys") == 0 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("PurgeLoop returned %v", err)
+	}
+}
+
+func TestConcurrentRetriesOfAnExpiredKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	old := b.do(t, request{keys: []string{"exp"}, body: payBody})
+	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - interval '25 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	responses := make([]response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { responses[i] = b.do(t, request{keys: []string{"exp"}, body: payBody}) })
+	}
+	wg.Wait()
+	var fresh []byte
+	for _, r := range responses {
+		switch {
+		case r.status == http.StatusCreated && !r.replayed():
+			if fresh != nil {
+				t.Fatal("the expired key ran twice")
+			}
+			fresh = r.body
+		case r.status == http.StatusCreated || r.status == http.StatusConflict:
+		default:
+			t.Fatalf("status %d %s", r.status, r.body)
+		}
+		if bytes.Equal(r.body, old.body) {
+			t.Fatal("an expired response was replayed")
+		}
+	}
+	for _, r := range responses {
+		if r.replayed() && !bytes.Equal(r.body, fresh) {
+			t.Fatalf("replay %s is not the new response %s", r.body, fresh)
+		}
+	}
+	if got := b.app.calls.Load(); got != 2 {
+		t.Fatalf("handler ran %d times, want 2", got)
+	}
+}
