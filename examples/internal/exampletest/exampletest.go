@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
@@ -47,6 +48,16 @@ func Main(m *testing.M, prefix string, out *Servers) {
 	}
 	*out = Servers{DB: db, SQS: srv}
 	code := m.Run()
+	if code == 0 {
+		// Nothing the examples started may outlive them (idle keep-alive connections aside).
+		if err := goleak.Find(goleak.IgnoreCurrent(),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
 	srv.Close()
 	db.Close()
 	os.Exit(code)
