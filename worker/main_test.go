@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -153,3 +155,5 @@ func (c *httpClientWithTimeout) Do(*http.Request) (*http.Response, error) {
 	return nil, errors.New("not used")
 }
 func (c *httpClientWithTimeout) GetTimeout() time.Duration { return c.d }
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,102 @@
+// Package workerprom reports a [worker.Worker]'s measurements to Prometheus.
+//
+// Each [worker.Counter] becomes a counter named sqsinbox_worker_<name>_total, each
+// [worker.Histogram] a histogram sqsinbox_worker_<name>_seconds, and the handlers in flight the
+// gauge sqsinbox_worker_in_flight, all with a constant "queue" label.
+package workerprom
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "sqsinbox"
+
+// Metrics implements [worker.Metrics] with Prometheus collectors.
+type Metrics struct {
+	counters   map[worker.Counter]prometheus.Counter
+	histograms map[worker.Histogram]prometheus.Observer
+	inFlight   prometheus.Gauge
+}
+
+var help = map[worker.Counter]string{
+	worker.Received:       "Messages received.",
+	worker.Processed:      "Messages whose handler succeeded.",
+	worker.Duplicates:     "Messages whose event was processed before (deleted without running).",
+	worker.Failed:         "Handler errors, panics and timeouts.",
+	worker.Retried:        "Messages handed back for a later delivery.",
+	worker.Discarded:      "Messages deleted without effect because the handler said so.",
+	worker.Released:       "Messages made visible again without being run.",
+	worker.Deleted:        "Messages deleted from the queue.",
+	worker.DeleteFailures: "Deletes given up on (the message will be delivered again).",
+	worker.Heartbeats:     "Visibility extensions of running handlers.",
+	worker.ReceiveErrors:  "Failed ReceiveMessage calls.",
+}
+
+// New creates the collectors for the worker of queue and registers them with reg
+// (prometheus.DefaultRegisterer if nil). It fails if they are registered already, for example
+// by a second worker with the same queue label.
+func New(reg prometheus.Registerer, queue string) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	labels := prometheus.Labels{"queue": queue}
+	m := &Metrics{
+		counters:   map[worker.Counter]prometheus.Counter{},
+		histograms: map[worker.Histogram]prometheus.Observer{},
+	}
+	var cs []prometheus.Collector
+	for _, c := range worker.Counters {
+		pc := prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "worker", Name: string(c) + "_total",
+			Help: help[c], ConstLabels: labels,
+		})
+		m.counters[c] = pc
+		cs = append(cs, pc)
+	}
+	hh := map[worker.Histogram]string{
+		worker.HandlerDuration: "Time each handler call took.",
+		worker.CommitToDelete:  "Time from a handler's success to its delete's confirmation.",
+	}
+	for _, h := range worker.Histograms {
+		ph := prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "worker", Name: string(h) + "_seconds",
+			Help: hh[h], ConstLabels: labels,
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		})
+		m.histograms[h] = ph
+		cs = append(cs, ph)
+	}
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: "worker", Name: "in_flight",
+		Help: "Handlers running now.", ConstLabels: labels,
+	})
+	cs = append(cs, m.inFlight)
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Add implements [worker.Metrics].
+func (m *Metrics) Add(c worker.Counter, n int) {
+	if pc, ok := m.counters[c]; ok {
+		pc.Add(float64(n))
+	}
+}
+
+// Observe implements [worker.Metrics].
+func (m *Metrics) Observe(h worker.Histogram, d time.Duration) {
+	if ph, ok := m.histograms[h]; ok {
+		ph.Observe(d.Seconds())
+	}
+}
+
+// SetInFlight implements [worker.Metrics].
+func (m *Metrics) SetInFlight(n int) { m.inFlight.Set(float64(n)) }
