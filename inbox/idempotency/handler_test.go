@@ -316,6 +316,14 @@ func TestPurge(t *testing.T) {
 	if got := b.count(t, "idempotency_keys"); got != 1 {
 		t.Fatalf("%d keys left, want 1", got)
 	}
+	if _, err := idempotency.PurgeExpired(t.Context(), b.pool, b.schema, time.Hour, 0, nil); err == nil {
+		t.Fatal("PurgeExpired accepted an age under MinTTL")
+	}
+	var batches []int64
+	res, err = idempotency.PurgeExpired(t.Context(), b.pool, b.schema, idempotency.MinTTL, 0, func(n int64) { batches = append(batches, n) })
+	if err != nil || res.Deleted != 0 || len(batches) != 1 {
+		t.Fatalf("PurgeExpired = %+v, %v, progress %v", res, err, batches)
+	}
 }
 
 func TestFailedAttemptRollsBack(t *testing.T) {

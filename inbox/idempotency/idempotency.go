@@ -113,8 +113,9 @@ type Config struct {
 	Lease time.Duration
 
 	// Wait is how long a retry waits for the attempt in flight to finish before it answers 409
-	// (when that attempt finishes in time, the retry replays its response instead). 0 means
-	// DefaultWait; negative means do not wait (1 ms, the database's smallest lock_timeout).
+	// (when that attempt finishes in time, the retry replays its response instead). A waiting
+	// retry holds a pool connection, so keep it short. 0 means DefaultWait; negative means do
+	// not wait (1 ms, the database's smallest lock_timeout).
 	Wait time.Duration
 
 	// RetryAfter is the Retry-After sent with a 409, rounded up to whole seconds. 0 means

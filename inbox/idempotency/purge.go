@@ -1,8 +1,12 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgpurge"
@@ -13,13 +17,27 @@ import (
 // on one process at a time (if another holds the advisory lock, Purge returns at once with
 // Skipped set). An attempt in flight is never deleted: its row is not committed.
 func (m *Middleware) Purge(ctx context.Context) (inbox.PurgeResult, error) {
-	r, err := pgpurge.Run(ctx, m.pool, pgpurge.Target{
-		Schema:    m.cfg.Schema,
+	return PurgeExpired(ctx, m.pool, m.cfg.Schema, m.cfg.TTL, m.cfg.PurgeBatchSize, nil)
+}
+
+// PurgeExpired is [Middleware.Purge] for a process that serves no requests, such as an
+// operator's CLI: it deletes the stored keys of schema (empty means inbox.DefaultSchema) older
+// than ttl, batchSize rows per statement (0 means DefaultPurgeBatchSize). A ttl under [MinTTL]
+// is refused: clients are promised at least that long to retry. progress, when not nil, is
+// called after each batch with the rows deleted so far.
+func PurgeExpired(ctx context.Context, pool *pgxpool.Pool, schema string, ttl time.Duration, batchSize int, progress func(deleted int64)) (inbox.PurgeResult, error) {
+	if ttl < MinTTL {
+		return inbox.PurgeResult{}, fmt.Errorf("idempotency: purge age %v is under the minimum TTL %v: clients are promised that long to retry", ttl, MinTTL)
+	}
+	schema = cmp.Or(schema, inbox.DefaultSchema)
+	r, err := pgpurge.Run(ctx, pool, pgpurge.Target{
+		Schema:    schema,
 		Table:     table,
 		Column:    "created_at",
-		Retention: m.cfg.TTL,
-		BatchSize: m.cfg.PurgeBatchSize,
-		LockKey:   "sqsinbox.purge." + m.cfg.Schema + "." + table,
+		Retention: ttl,
+		BatchSize: cmp.Or(batchSize, DefaultPurgeBatchSize),
+		LockKey:   "sqsinbox.purge." + schema + "." + table,
+		OnBatch:   progress,
 	})
 	return inbox.PurgeResult{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Skipped: r.Locked}, err
 }
