@@ -254,6 +254,16 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	total := m.snapshot()
 	deliveries := len(msgs) + 2
+	left, err := sqstest.Count(ctx, client, queueURL)
+	if err != nil {
+		return fail("reading the queue's depth", err)
+	}
+	inDLQ := 0
+	if dlqURL != "" {
+		if inDLQ, err = sqstest.Count(ctx, client, dlqURL); err != nil {
+			return fail("reading the DLQ's depth", err)
+		}
+	}
 
 	say("")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -265,6 +275,7 @@ func run(ctx context.Context, o options) (err error) {
 	if total.failed > 0 {
 		row("failed and retried", thousands(total.failed))
 	}
+	row("left in the queue / its DLQ", fmt.Sprintf("%d / %d", left, inDLQ))
 	row("pick tasks per order", fmt.Sprintf("min %d, max %d, over %s orders", lo, hi, thousands(len(ids))))
 	row("time taken", fmt.Sprintf("%.1fs in all; the %s messages were sent in %.1fs and drained %.1fs after the first was sent (%s/s)",
 		time.Since(start).Seconds(), thousands(len(msgs)), sendTime.Seconds(), loadTime.Seconds(),
