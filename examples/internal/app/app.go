@@ -99,6 +99,10 @@ func Main(spec Spec) {
 	slog.SetDefault(log)
 	err := Run(ctx, spec, Options{Args: os.Args[1:], Logger: log})
 	stop()
+	if errors.Is(err, errHelp) {
+		fmt.Print(usage(spec.Name))
+		return
+	}
 	if errors.Is(err, errUsage) {
 		fmt.Fprint(os.Stderr, usage(spec.Name))
 		os.Exit(2)
@@ -118,7 +122,10 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-var errUsage = errors.New("usage")
+var (
+	errUsage = errors.New("usage")
+	errHelp  = errors.New("help")
+)
 
 func usage(name string) string {
 	return fmt.Sprintf(`usage: %[1]s [migrate]
@@ -148,6 +155,8 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 	case len(o.Args) == 0:
 	case len(o.Args) == 1 && o.Args[0] == "migrate":
 		migrateOnly = true
+	case len(o.Args) == 1 && (o.Args[0] == "-h" || o.Args[0] == "--help" || o.Args[0] == "help"):
+		return errHelp
 	default:
 		return errUsage
 	}
