@@ -35,6 +35,9 @@ const (
 	DeleteAfterUnknownCommit = "after-unknown-commit"
 	// DeleteUnknownHandle: the receipt handle was never seen on a receive. A violation.
 	DeleteUnknownHandle = "unknown-handle"
+	// Received is not a delete: the log also records each message received, to count
+	// redeliveries.
+	Received = "recv"
 )
 
 // DeleteRecord is one line of the delete log: one message the worker tried to delete.
@@ -113,6 +116,13 @@ func (a *Audit) MarkUnknownCommit(handle string) {
 	a.mu.Unlock()
 }
 
+// UnknownCommits returns how many deliveries saw a commit with an unknown outcome.
+func (a *Audit) UnknownCommits() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.unknown)
+}
+
 // ReceiveMessage records which event each receipt handle belongs to.
 func (a *Audit) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	a.calls.Add("ReceiveMessage")
@@ -120,11 +130,18 @@ func (a *Audit) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput,
 	if err != nil {
 		return out, err
 	}
+	now := time.Now()
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	enc := json.NewEncoder(a.w)
 	for _, m := range out.Messages {
-		a.handles[aws.ToString(m.ReceiptHandle)] = infoOf(m)
+		info := infoOf(m)
+		a.handles[aws.ToString(m.ReceiptHandle)] = info
+		_ = enc.Encode(DeleteRecord{Worker: a.id, Seq: info.seq, Status: Received, At: now})
 	}
-	a.mu.Unlock()
+	if len(out.Messages) > 0 {
+		_ = a.w.Flush()
+	}
 	return out, nil
 }
 

@@ -34,7 +34,8 @@ type Observations struct {
 	// their effects before the redrive.
 	Redriven             []string
 	EffectsBeforeRedrive int
-	Deletes              []DeleteRecord
+	// Deletes is the workers' log: deletes, and receives (status Received).
+	Deletes []DeleteRecord
 	// TotalsSum is the sum of the stacking business write; it must equal len(Effects).
 	TotalsSum int64
 }
@@ -71,6 +72,8 @@ type Report struct {
 	// still without a row at the end). Must be 0. DeletesUnverified: the database could not be
 	// asked at the time (it was down); each must have a row at the end.
 	Deletes, DeletesUncommitted, DeletesUnverified int
+	// Redelivered: messages received more than once (the faults made them come back).
+	Redelivered int
 	// BusinessMismatch: the stacking business write differs from the effect count. Must be 0.
 	BusinessMismatch int64
 
@@ -211,7 +214,12 @@ func Check(o Observations) Report {
 	if r.Redriven > 0 {
 		r.RedriveSecondEffects = after - o.EffectsBeforeRedrive
 	}
+	receives := map[int64]int{}
 	for _, d := range o.Deletes {
+		if d.Status == Received {
+			receives[d.Seq]++
+			continue
+		}
 		r.Deletes++
 		switch d.Status {
 		case DeleteCommitted:
@@ -224,6 +232,11 @@ func Check(o Observations) Report {
 		default:
 			r.DeletesUncommitted++
 			ex("delete of %q (seq %d) by %s: %s", d.Key, d.Seq, d.Worker, d.Status)
+		}
+	}
+	for _, n := range receives {
+		if n > 1 {
+			r.Redelivered++
 		}
 	}
 	r.BusinessMismatch = o.TotalsSum - int64(len(o.Effects))
@@ -264,17 +277,17 @@ func (r *Run) Observe(ctx context.Context, sends []Send, d *DrainResult) (Observ
 // WriteTable prints reports as a table.
 func WriteTable(w io.Writer, reports []Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmsgs\twkrs\tsecs\tsent ok/fail/unk\teffected\tlost\tdup\tunexp\tunk→effected\tpoison→DLQ\tprocessed-in-DLQ\tredriven(2nd)\tdeletes\tdel w/o commit\tunverified\tresult\t")
+	fmt.Fprintln(tw, "scenario\tmsgs\twkrs\tsecs\tsent ok/fail/unk\teffected\tlost\tdup\tunexp\tunk→effected\tpoison→DLQ\tprocessed-in-DLQ\tredriven(2nd)\tredelivered\tdeletes\tdel w/o commit\tunverified\tresult\t")
 	for _, r := range reports {
 		res := "PASS"
 		if len(r.Problems()) > 0 {
 			res = "FAIL"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d/%d/%d\t%d/%d\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d\t%d(%d)\t%d\t%d\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d/%d/%d\t%d/%d\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d\t%d(%d)\t%d\t%d\t%d\t%d\t%s\t\n",
 			r.Scenario, r.Messages, r.Workers, r.Duration.Seconds(), r.SentOK, r.SentFailed, r.SentUnknown,
 			r.Effected, r.Keys, r.Lost, r.Duplicated, r.Unexpected, r.UnknownEffected, r.UnknownSends,
 			r.PoisonInDLQ, r.PoisonSent, r.ProcessedInDLQ, r.Redriven, r.RedriveSecondEffects,
-			r.Deletes, r.DeletesUncommitted, r.DeletesUnverified, res)
+			r.Redelivered, r.Deletes, r.DeletesUncommitted, r.DeletesUnverified, res)
 	}
 	return tw.Flush()
 }

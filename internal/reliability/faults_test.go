@@ -47,3 +47,51 @@ func TestFault09HotKey(t *testing.T) {
 	t.Parallel()
 	requirePass(t, runScenario(t, "hot-key", reliability.Size{Messages: 100, Workers: 3}))
 }
+
+// TestFault02Sigstop: a worker process SIGSTOPped for longer than the visibility timeout wakes
+// up and tries to commit and delete; nothing runs twice.
+func TestFault02Sigstop(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "sigstop", small))
+}
+
+// TestFault04CommitCut: the connection to PostgreSQL cut during COMMIT (before and after the
+// server got it); an unknown outcome never leads to a delete, and the redelivery settles it.
+func TestFault04CommitCut(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "commit-cut", small))
+}
+
+// TestFault05SQSOutage: throttling and 5xx from the SQS side, then the server unreachable; no
+// hot loop, nothing lost.
+func TestFault05SQSOutage(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "sqs-outage-throttle", small))
+}
+
+// TestFault06DeleteFails: deletes that keep failing after commit until the message reaches the
+// DLQ; the redrive gives no second effect.
+func TestFault06DeleteFails(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "delete-fails-dlq-redrive", reliability.Size{Messages: 200, Workers: 2}))
+}
+
+// TestFault07VisibilityExpires: a handler outlives its visibility timeout with heartbeats
+// blocked; the second consumer waits on the inbox row and ends as a duplicate.
+func TestFault07VisibilityExpires(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "visibility-expires", small))
+}
+
+// TestFault08PoisonBadUTF8Fake: keys that are not valid UTF-8, which SQS's JSON protocol
+// cannot carry, through the in-process fake.
+func TestFault08PoisonBadUTF8Fake(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "poison-bad-utf8-fake", small))
+}
+
+// TestFault10Sigterm: SIGTERM under load, and with the grace period exceeded.
+func TestFault10Sigterm(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "sigterm", small))
+}

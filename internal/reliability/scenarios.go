@@ -109,7 +109,13 @@ func tail(s string, n int) string {
 	return s
 }
 
-type sendResult struct{ err error }
+// requireRedelivery fails a report whose fault made no message come back: the fault missed.
+func requireRedelivery(rep *Report, err error) (*Report, error) {
+	if err == nil && rep.Redelivered == 0 {
+		rep.Checks = append(rep.Checks, "no message was delivered twice: the fault did not hit work in flight")
+	}
+	return rep, err
+}
 
 // sendAsync runs the producer in the background.
 func sendAsync(ctx context.Context, p *Producer, events []Event, spread time.Duration) <-chan error {
@@ -173,7 +179,7 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 	procs := make([]*Proc, s.Workers)
 	for i := range cfgs {
 		cfgs[i] = r.WorkerConfig(fmt.Sprintf("w%d", i))
-		cfgs[i].JitterDelay = 20 * time.Millisecond
+		cfgs[i].JitterDelay = 50 * time.Millisecond
 		if procs[i], err = r.StartProc(cfgs[i]); err != nil {
 			return nil, err
 		}
@@ -210,7 +216,8 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 		return nil, sendErr
 	}
 	checks := r.termAll(time.Minute)
-	return r.finish(ctx, prod, s.Workers, nil, append([]string{fmt.Sprintf("%d SIGKILLs", kills)}, checks...))
+	rep, err := r.finish(ctx, prod, s.Workers, nil, append([]string{fmt.Sprintf("%d SIGKILLs", kills)}, checks...))
+	return requireRedelivery(rep, err)
 }
 
 func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
@@ -260,7 +267,8 @@ func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 		}
 	}
 	checks = append(checks, r.termAll(time.Minute)...)
-	return r.finish(ctx, prod, len(procs), checks, []string{fmt.Sprintf("%d SIGSTOPs of %v", stops, 2*vis+time.Second)})
+	rep, err := r.finish(ctx, prod, len(procs), checks, []string{fmt.Sprintf("%d SIGSTOPs of %v", stops, 2*vis+time.Second)})
+	return requireRedelivery(rep, err)
 }
 
 // ErrSharedServer is returned by scenarios that restart PostgreSQL when the tests run against

@@ -1,0 +1,109 @@
+package reliability_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sqsinbox/sqsinbox/internal/reliability"
+)
+
+// TestCheck feeds the checker observations with one known defect each.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	ok := func(seq int64, key string) reliability.Send {
+		return reliability.Send{Seq: seq, Key: key, Value: "v" + key, Kind: reliability.KindGood, Status: reliability.SendOK}
+	}
+	eff := func(key string) reliability.Effect { return reliability.Effect{Key: key, Value: "v" + key, Worker: "w"} }
+	del := func(seq int64, key, st string) reliability.DeleteRecord {
+		return reliability.DeleteRecord{Seq: seq, Key: key, Status: st}
+	}
+	base := func() reliability.Observations {
+		return reliability.Observations{
+			Sends:     []reliability.Send{ok(1, "a"), ok(2, "b"), {Seq: 3, Kind: reliability.KindMissingKey, Status: reliability.SendOK}},
+			Effects:   []reliability.Effect{eff("a"), eff("b")},
+			DLQ:       []reliability.DLQMessage{{Seq: 3}},
+			Deletes:   []reliability.DeleteRecord{del(1, "a", reliability.DeleteCommitted), del(2, "b", reliability.DeleteCommitted)},
+			TotalsSum: 2,
+		}
+	}
+	tests := []struct {
+		name    string
+		mutate  func(o *reliability.Observations)
+		problem string // "" means it must pass
+		check   func(r reliability.Report) bool
+	}{
+		{name: "clean", mutate: func(*reliability.Observations) {}},
+		{name: "lost", problem: "lost: 1", mutate: func(o *reliability.Observations) {
+			o.Effects, o.TotalsSum = o.Effects[:1], 1
+		}},
+		{name: "good message in the DLQ is not lost", mutate: func(o *reliability.Observations) {
+			o.Effects, o.TotalsSum = o.Effects[:1], 1
+			o.DLQ = append(o.DLQ, reliability.DLQMessage{Seq: 2, Key: "b"})
+		}, check: func(r reliability.Report) bool { return r.GoodInDLQ == 1 && r.ProcessedInDLQ == 0 }},
+		{name: "poison not in the DLQ is lost", problem: "lost: 1", mutate: func(o *reliability.Observations) { o.DLQ = nil }},
+		{name: "duplicate", problem: "duplicated keys: 1", mutate: func(o *reliability.Observations) {
+			o.Effects, o.TotalsSum = append(o.Effects, eff("a")), 3
+		}},
+		{name: "unexpected", problem: "unexpected effects: 1", mutate: func(o *reliability.Observations) {
+			o.Effects, o.TotalsSum = append(o.Effects, eff("zzz")), 3
+		}},
+		{name: "refused send effected", problem: "unexpected effects: 1", mutate: func(o *reliability.Observations) {
+			o.Sends = append(o.Sends, reliability.Send{Seq: 9, Key: "c", Kind: reliability.KindGood, Status: reliability.SendFailed})
+			o.Effects, o.TotalsSum = append(o.Effects, eff("c")), 3
+		}},
+		{name: "unknown send effected once is fine", mutate: func(o *reliability.Observations) {
+			o.Sends = append(o.Sends, reliability.Send{Seq: 9, Key: "c", Kind: reliability.KindGood, Status: reliability.SendUnknown},
+				reliability.Send{Seq: 10, Key: "d", Kind: reliability.KindGood, Status: reliability.SendUnknown})
+			o.Effects, o.TotalsSum = append(o.Effects, eff("c")), 3
+		}, check: func(r reliability.Report) bool { return r.UnknownSends == 2 && r.UnknownEffected == 1 }},
+		{name: "delete before commit", problem: "deletes not preceded by a committed inbox row: 1", mutate: func(o *reliability.Observations) {
+			o.Deletes = append(o.Deletes, del(1, "a", reliability.DeleteMissing))
+		}},
+		{name: "delete after unknown commit", problem: "deletes not preceded by a committed inbox row: 1", mutate: func(o *reliability.Observations) {
+			o.Deletes = append(o.Deletes, del(1, "a", reliability.DeleteAfterUnknownCommit))
+		}},
+		{name: "delete of a message without key", problem: "deletes not preceded by a committed inbox row: 1", mutate: func(o *reliability.Observations) {
+			o.Deletes = append(o.Deletes, del(3, "", reliability.DeleteNoKey))
+		}},
+		{name: "unverified delete of a committed key is fine", mutate: func(o *reliability.Observations) {
+			o.Deletes = append(o.Deletes, del(1, "a", reliability.DeleteUnverified))
+		}, check: func(r reliability.Report) bool { return r.DeletesUnverified == 1 }},
+		{name: "unverified delete never committed", problem: "deletes not preceded by a committed inbox row: 1", mutate: func(o *reliability.Observations) {
+			o.Sends = append(o.Sends, ok(9, "c"))
+			o.DLQ = append(o.DLQ, reliability.DLQMessage{Seq: 9, Key: "c"})
+			o.Deletes = append(o.Deletes, del(9, "c", reliability.DeleteUnverified))
+		}},
+		// A second effect after a redrive is also a duplicate.
+		{name: "redrive made a second effect", problem: "second effects after redrive: 1", mutate: func(o *reliability.Observations) {
+			o.Redriven, o.EffectsBeforeRedrive = []string{"a"}, 1
+			o.Effects, o.TotalsSum = append(o.Effects, eff("a")), 3
+		}},
+		{name: "business write mismatch", problem: "business write mismatch: 1", mutate: func(o *reliability.Observations) { o.TotalsSum = 3 }},
+		{name: "redeliveries counted", mutate: func(o *reliability.Observations) {
+			o.Deletes = append(o.Deletes, del(1, "", reliability.Received), del(1, "", reliability.Received), del(2, "", reliability.Received))
+		}, check: func(r reliability.Report) bool { return r.Redelivered == 1 && r.Deletes == 2 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := base()
+			tt.mutate(&o)
+			r := reliability.Check(o)
+			p := r.Problems()
+			switch {
+			case tt.problem == "" && len(p) > 0:
+				t.Errorf("problems %q, want none\n%s", p, r.String())
+			case tt.problem != "" && !slices.Contains(p, tt.problem):
+				t.Errorf("problems %q, want %q\n%s", p, tt.problem, r.String())
+			case tt.problem != "" && len(p) != 1 && !strings.HasPrefix(tt.problem, "second effects"):
+				t.Errorf("problems %q, want only %q", p, tt.problem)
+			}
+			if tt.check != nil && !tt.check(r) {
+				t.Errorf("counts wrong:\n%s", r.String())
+			}
+			if !strings.Contains(r.String(), "scenario") {
+				t.Errorf("no table header in %q", r.String())
+			}
+		})
+	}
+}
