@@ -14,7 +14,9 @@ func TestCheck(t *testing.T) {
 	ok := func(seq int64, key string) reliability.Send {
 		return reliability.Send{Seq: seq, Key: key, Value: "v" + key, Kind: reliability.KindGood, Status: reliability.SendOK}
 	}
-	eff := func(key string) reliability.Effect { return reliability.Effect{Key: key, Value: "v" + key, Worker: "w"} }
+	eff := func(key string) reliability.Effect {
+		return reliability.Effect{Key: key, Value: "v" + key, Worker: "w"}
+	}
 	del := func(seq int64, key, st string) reliability.DeleteRecord {
 		return reliability.DeleteRecord{Seq: seq, Key: key, Status: st}
 	}
