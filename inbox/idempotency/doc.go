@@ -76,10 +76,14 @@
 //
 // # Cost
 //
-// A first attempt adds to the handler's transaction one INSERT (pipelined with resetting
-// lock_timeout) and one UPDATE; the settings ride on the BEGIN. A replay is a BEGIN, the same
-// INSERT statement, which finds the committed row through the primary key and returns it, and a
-// ROLLBACK: one primary-key lookup, three round trips, and no commit.
+// The claim is one statement: it reads the key by its primary key and, only if no committed row
+// is visible, inserts it. A replay is therefore one primary-key lookup (the same buffers as a
+// plain SELECT by key, checked with EXPLAIN), in a transaction that writes nothing and ends in
+// ROLLBACK: three round trips (BEGIN with the settings, the claim pipelined with resetting
+// lock_timeout, ROLLBACK) and no commit to flush. A first attempt adds to the handler's own
+// transaction that claim (a missed lookup and an INSERT, one round trip) and one UPDATE with the
+// response (one round trip); the settings ride on the BEGIN. So a first attempt costs two round
+// trips more than the bare handler, and its commit writes the stored response too.
 //
 // # Expiry
 //

@@ -22,20 +22,24 @@ type statements struct {
 
 func newStatements(t string) statements {
 	return statements{
-		// The INSERT is the lock. On a fresh key it returns one row, fresh. On a key committed
-		// before the statement began, the SELECT (same snapshot) returns the stored row. On a key
-		// held by an uncommitted attempt, the INSERT waits up to lock_timeout: a timeout is a 409;
-		// a commit there returns no row at all (the snapshot predates it), so the caller reads
-		// again; a rollback there lets the INSERT in.
-		claim: `WITH ins AS (
-	INSERT INTO ` + t + ` (key_hash, fingerprint) VALUES ($1, $2)
+		// The INSERT is the lock; the read before it only spares a replay the insert attempt.
+		// A key committed before the statement began is read (one primary-key lookup) and
+		// returned, and nothing is inserted. Otherwise the INSERT runs: on a fresh key it returns
+		// one row, fresh. On a key held by an uncommitted attempt (invisible to the read) it waits
+		// up to lock_timeout: a timeout is a 409; a commit there returns no row at all (the
+		// snapshot predates it), so the caller reads again; a rollback there lets the INSERT in.
+		claim: `WITH cur AS (
+	SELECT fingerprint, status, headers, body, created_at <= now() - make_interval(secs => $3) AS expired
+	FROM ` + t + ` WHERE key_hash = $1::bytea
+), ins AS (
+	INSERT INTO ` + t + ` (key_hash, fingerprint)
+	SELECT $1::bytea, $2::bytea WHERE NOT EXISTS (SELECT FROM cur)
 	ON CONFLICT (key_hash) DO NOTHING
 	RETURNING 1
 )
 SELECT true, NULL::bytea, NULL::smallint, NULL::jsonb, NULL::bytea, false FROM ins
 UNION ALL
-SELECT false, fingerprint, status, headers, body, created_at <= now() - make_interval(secs => $3)
-FROM ` + t + ` WHERE key_hash = $1 AND NOT EXISTS (SELECT FROM ins)`,
+SELECT false, fingerprint, status, headers, body, expired FROM cur`,
 		reread: `SELECT false, fingerprint, status, headers, body, created_at <= now() - make_interval(secs => $2)
 FROM ` + t + ` WHERE key_hash = $1`,
 		// An expired row is a new request: the attempt takes the row over in its transaction.
