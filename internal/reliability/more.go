@@ -42,7 +42,7 @@ func (s *workerSet) stopAll(ctx context.Context) []string {
 }
 
 func runCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "commit-cut", RunOptions{Visibility: 3 * time.Second, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "commit-cut", RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20})
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func runCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if err := prod.Send(ctx, GoodEvents("cut", s.Messages), s.Spread); err != nil {
 		return nil, err
 	}
-	if err := r.WaitEffects(ctx, s.Messages, 3*time.Minute); err != nil {
+	if err := r.WaitEffects(ctx, s.Messages, s.Wait()); err != nil {
 		return nil, err
 	}
 	px.CutEvery.Store(0)
@@ -96,7 +96,7 @@ func runCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
 }
 
 func runSQSOutage(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "sqs-outage-throttle", RunOptions{Visibility: 3 * time.Second, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "sqs-outage-throttle", RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20})
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func runSQSOutage(ctx context.Context, e *Env, s Size) (*Report, error) {
 		}
 	}
 	sent := sendAsync(ctx, prod, GoodEvents("sqs", s.Messages), s.Spread)
-	if err := r.WaitEffects(ctx, s.Messages/5, 2*time.Minute); err != nil {
+	if err := r.WaitEffects(ctx, s.Messages/5, s.Wait()); err != nil {
 		return nil, err
 	}
 	var checks, notes []string
@@ -163,7 +163,7 @@ func runSQSOutage(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if err := <-sent; err != nil {
 		return nil, err
 	}
-	if err := r.WaitEffects(ctx, s.Messages*9/10, 3*time.Minute); err != nil {
+	if err := r.WaitEffects(ctx, s.Messages*9/10, s.Wait()); err != nil {
 		return nil, err
 	}
 	checks = append(checks, set.stopAll(ctx)...)
@@ -233,7 +233,7 @@ func (f *failDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMess
 }
 
 func runDeleteFails(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "delete-fails-dlq-redrive", RunOptions{Visibility: time.Second, MaxReceive: 3})
+	r, err := e.NewRun(ctx, "delete-fails-dlq-redrive", RunOptions{Size: s, Visibility: time.Second, MaxReceive: 3})
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +262,7 @@ func runDeleteFails(ctx context.Context, e *Env, s Size) (*Report, error) {
 		return nil, err
 	}
 	var checks []string
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(s.Wait())
 	for {
 		n, err := r.Count(ctx, r.Queue.DLQURL)
 		if err == nil && n >= len(bad) {
@@ -302,7 +302,7 @@ func (b blockHeartbeats) ChangeMessageVisibility(ctx context.Context, in *sqs.Ch
 
 func runVisibilityExpires(ctx context.Context, e *Env, s Size) (*Report, error) {
 	const vis = 2 * time.Second
-	r, err := e.NewRun(ctx, "visibility-expires", RunOptions{Visibility: vis, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "visibility-expires", RunOptions{Size: s, Visibility: vis, MaxReceive: 20})
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +364,7 @@ func runPoisonFake(ctx context.Context, e *Env, s Size) (*Report, error) {
 	f := sqsfake.New()
 	dlq := f.CreateQueue(sqsfake.QueueOptions{Name: "rel-poison-dlq", VisibilityTimeout: 2 * time.Second, Retention: 14 * 24 * time.Hour})
 	q := f.CreateQueue(sqsfake.QueueOptions{Name: "rel-poison", VisibilityTimeout: 2 * time.Second, DeadLetterQueue: dlq, MaxReceiveCount: 3})
-	r, err := e.NewRun(ctx, "poison-bad-utf8-fake", RunOptions{Client: f, Queue: &sqstest.Queue{Name: "rel-poison", URL: q, DLQURL: dlq}})
+	r, err := e.NewRun(ctx, "poison-bad-utf8-fake", RunOptions{Size: s, Client: f, Queue: &sqstest.Queue{Name: "rel-poison", URL: q, DLQURL: dlq}})
 	if err != nil {
 		return nil, err
 	}

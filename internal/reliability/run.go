@@ -77,6 +77,8 @@ type Run struct {
 	Queue    *sqstest.Queue
 	AuditDir string
 	Started  time.Time
+	// Size is the scenario's size (it scales the drain's deadline).
+	Size Size
 	// Log receives the in-process workers' warnings (in AuditDir/log.txt).
 	Log *slog.Logger
 
@@ -96,6 +98,8 @@ type RunOptions struct {
 	Visibility time.Duration
 	// MaxReceive is the redrive policy's maxReceiveCount. 0 means 10.
 	MaxReceive int
+	// Size is the scenario's size.
+	Size Size
 }
 
 // NewRun creates a scenario's schema, tables and queue.
@@ -104,7 +108,7 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 	if db == nil {
 		db = e.DB
 	}
-	r := &Run{Env: e, Name: name, Schema: "rel_" + randHex(5), DBURL: db.URL, Client: o.Client, Queue: o.Queue, Started: time.Now()}
+	r := &Run{Env: e, Name: name, Schema: "rel_" + randHex(5), DBURL: db.URL, Client: o.Client, Queue: o.Queue, Started: time.Now(), Size: o.Size}
 	if r.Client == nil {
 		r.Client = e.SQS.Client()
 		r.GoAws = e.SQS.GoAws

@@ -25,6 +25,12 @@ type Size struct {
 	Spread time.Duration
 }
 
+// Wait is how long a scenario of this size waits for progress before it gives up: 3 minutes,
+// plus 10 ms per message.
+func (s Size) Wait() time.Duration {
+	return 3*time.Minute + time.Duration(s.Messages)*10*time.Millisecond
+}
+
 // Scenario is one fault, run at a given size.
 type Scenario struct {
 	// Name is short and stable (a test name and a table row).
@@ -70,7 +76,7 @@ func Scenarios() []Scenario {
 
 // finish drains, observes and checks.
 func (r *Run) finish(ctx context.Context, prod *Producer, workers int, checks, notes []string) (*Report, error) {
-	d, err := r.Drain(ctx, DrainOptions{})
+	d, err := r.Drain(ctx, DrainOptions{Timeout: r.Size.Wait()})
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +145,7 @@ func withResends(evs []Event) []Event {
 }
 
 func runAckBeforeCommit(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "control-ack-before-commit", RunOptions{Visibility: 3 * time.Second})
+	r, err := e.NewRun(ctx, "control-ack-before-commit", RunOptions{Size: s, Visibility: 3 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +175,7 @@ func runAckBeforeCommit(ctx context.Context, e *Env, s Size) (*Report, error) {
 }
 
 func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "sigkill", RunOptions{Visibility: 3 * time.Second, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "sigkill", RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20})
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +228,7 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 
 func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 	const vis = 2 * time.Second
-	r, err := e.NewRun(ctx, "sigstop", RunOptions{Visibility: vis, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "sigstop", RunOptions{Size: s, Visibility: vis, MaxReceive: 20})
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +247,7 @@ func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 	sent := sendAsync(ctx, prod, GoodEvents("stop", s.Messages), s.Spread)
 	stops := 0
 	for round := range 2 {
-		if err := r.WaitEffects(ctx, s.Messages*(round+1)/5, 2*time.Minute); err != nil {
+		if err := r.WaitEffects(ctx, s.Messages*(round+1)/5, s.Wait()); err != nil {
 			return nil, err
 		}
 		p := procs[round%len(procs)]
@@ -289,7 +295,7 @@ func runPostgresRestart(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if !db.Owned() {
 		return nil, ErrSharedServer
 	}
-	r, err := e.NewRun(ctx, "postgres-restart", RunOptions{DB: db, Visibility: 3 * time.Second, MaxReceive: 10})
+	r, err := e.NewRun(ctx, "postgres-restart", RunOptions{Size: s, DB: db, Visibility: 3 * time.Second, MaxReceive: 10})
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +320,7 @@ func runPostgresRestart(ctx context.Context, e *Env, s Size) (*Report, error) {
 	var checks, notes []string
 	const outage = 5 * time.Second
 	for round, mode := range []string{"immediate", "fast"} {
-		if err := r.WaitEffects(ctx, s.Messages*(round+1)/4, 3*time.Minute); err != nil {
+		if err := r.WaitEffects(ctx, s.Messages*(round+1)/4, s.Wait()); err != nil {
 			return nil, err
 		}
 		down := time.Now()
@@ -346,7 +352,7 @@ func runPostgresRestart(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if err := <-sent; err != nil {
 		return nil, err
 	}
-	if err := r.WaitEffects(ctx, s.Messages, 3*time.Minute); err != nil {
+	if err := r.WaitEffects(ctx, s.Messages, s.Wait()); err != nil {
 		return nil, err
 	}
 	for _, w := range ws {
@@ -363,7 +369,7 @@ func runPostgresRestart(ctx context.Context, e *Env, s Size) (*Report, error) {
 }
 
 func runPoison(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "poison", RunOptions{Visibility: 2 * time.Second, MaxReceive: 3})
+	r, err := e.NewRun(ctx, "poison", RunOptions{Size: s, Visibility: 2 * time.Second, MaxReceive: 3})
 	if err != nil {
 		return nil, err
 	}
@@ -383,12 +389,12 @@ func runPoison(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if err := prod.Send(ctx, shuffle(evs), s.Spread); err != nil {
 		return nil, err
 	}
-	if err := r.WaitEffects(ctx, s.Messages, 3*time.Minute); err != nil {
+	if err := r.WaitEffects(ctx, s.Messages, s.Wait()); err != nil {
 		return nil, err
 	}
 	// Wait for the poison to reach the DLQ while the workers still run.
 	poison := max(len(PoisonKinds), s.Messages/10)
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(s.Wait())
 	for {
 		n, err := r.Count(ctx, r.Queue.DLQURL)
 		if err == nil && n >= poison {
@@ -421,7 +427,7 @@ func runPoison(ctx context.Context, e *Env, s Size) (*Report, error) {
 }
 
 func runHotKey(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "hot-key", RunOptions{Visibility: 10 * time.Second, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "hot-key", RunOptions{Size: s, Visibility: 10 * time.Second, MaxReceive: 20})
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +458,7 @@ func runHotKey(ctx context.Context, e *Env, s Size) (*Report, error) {
 		ws = append(ws, w)
 	}
 	var checks []string
-	deadline := time.Now().Add(4 * time.Minute)
+	deadline := time.Now().Add(s.Wait())
 	for {
 		n, err := r.Count(ctx, r.Queue.URL)
 		if err == nil && n == 0 {
@@ -487,7 +493,7 @@ func runHotKey(ctx context.Context, e *Env, s Size) (*Report, error) {
 }
 
 func runSigterm(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "sigterm", RunOptions{Visibility: 10 * time.Second, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "sigterm", RunOptions{Size: s, Visibility: 10 * time.Second, MaxReceive: 20})
 	if err != nil {
 		return nil, err
 	}
@@ -509,7 +515,7 @@ func runSigterm(ctx context.Context, e *Env, s Size) (*Report, error) {
 	}
 	sent := sendAsync(ctx, prod, GoodEvents("term", s.Messages), s.Spread)
 	// Graceful: SIGTERM under load; in-flight work finishes, and the process exits 0.
-	if err := r.WaitEffects(ctx, s.Messages/5, 2*time.Minute); err != nil {
+	if err := r.WaitEffects(ctx, s.Messages/5, s.Wait()); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
