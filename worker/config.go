@@ -58,9 +58,10 @@ type Config struct {
 	// messages than it can start. 0 means DefaultConcurrency (10); negative is an error.
 	Concurrency int
 
-	// Pollers is the number of goroutines that call ReceiveMessage. 0 means enough to fill
-	// Concurrency with full batches (Concurrency/BatchSize rounded up), at most
-	// DefaultMaxPollers; negative is an error.
+	// Pollers is the number of goroutines that call ReceiveMessage. 0 means one more than it
+	// takes to fill Concurrency with full batches (Concurrency/BatchSize rounded up, plus one, so
+	// that a free slot need not wait for a receive in flight), at most DefaultMaxPollers;
+	// negative is an error.
 	Pollers int
 
 	// BatchSize is the most messages one ReceiveMessage asks for, 1 to 10. 0 means
@@ -107,7 +108,7 @@ func (c *Config) setDefaults() {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	if c.BatchSize > 0 && c.Concurrency > 0 {
-		c.Pollers = cmp.Or(c.Pollers, min((c.Concurrency+c.BatchSize-1)/c.BatchSize, DefaultMaxPollers))
+		c.Pollers = cmp.Or(c.Pollers, min((c.Concurrency+c.BatchSize-1)/c.BatchSize+1, DefaultMaxPollers))
 	}
 	c.WaitTime = cmp.Or(c.WaitTime, DefaultWaitTime)
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)
