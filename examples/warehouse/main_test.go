@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +88,8 @@ func TestStory(t *testing.T) {
 	srv.Migrate(t, spec)
 	pool := srv.Pool(t)
 	q := srv.Queue(t, "warehouse")
-	run := srv.Start(t, spec, q.URL, app.Options{})
+	metricsAddr := freeAddr(t)
+	run := srv.Start(t, spec, q.URL, app.Options{Getenv: srv.Getenv(q.URL, "METRICS_ADDR="+metricsAddr)})
 	body := `{"id":"evt_9f3k","order_id":"ord_7731","customer_id":"cus_42","amount":4999,"currency":"EUR"}`
 
 	for i, want := range []worker.Counter{worker.Processed, worker.Duplicates} {
@@ -101,6 +106,33 @@ func TestStory(t *testing.T) {
 		}
 	}
 	srv.WaitDrained(t, q.URL, 30*time.Second)
+
+	// METRICS_ADDR serves the worker's counters to Prometheus.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		fmt.Sprintf(`sqsinbox_worker_processed_total{queue=%q} 1`, q.Name),
+		fmt.Sprintf(`sqsinbox_worker_duplicates_total{queue=%q} 1`, q.Name),
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// freeAddr returns a local address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // TestBadMessageGoesToDLQ checks that an OrderPaid without an order id is not dropped: it fails

@@ -138,6 +138,7 @@ environment:
   QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named %[1]q
   QUEUE_NAME      the queue's name, looked up at start
   LOG_LEVEL       debug, info (default), warn or error
+  METRICS_ADDR    serve Prometheus metrics at http://METRICS_ADDR/metrics (default: none)
   AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_PROFILE, ...: the standard AWS configuration
 `, name)
 }
@@ -204,6 +205,13 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 	wc.ShutdownTimeout = cmp.Or(wc.ShutdownTimeout, StopTimeout)
 	wc.QueueURL = cmp.Or(wc.QueueURL, getenv("QUEUE_URL"))
 	wc.QueueName = cmp.Or(wc.QueueName, getenv("QUEUE_NAME"), spec.Name)
+	if addr := getenv("METRICS_ADDR"); addr != "" {
+		stopMetrics, err := serveMetrics(addr, queueLabel(wc), &wc, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	w, err := worker.New(sqs.NewFromConfig(awsCfg), &wc)
 	if err != nil {
 		return err
