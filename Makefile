@@ -12,6 +12,10 @@ GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 help: ## List the targets.
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+.PHONY: demo
+demo: ## The OrderPaid story end to end: GoAws and a throwaway PostgreSQL started for you, evt_9f3k twice, 1,000 more events with duplicates, a table.
+	$(GO) run ./internal/cmd/demo
+
 .PHONY: test
 test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you).
 	$(GO) vet ./...
