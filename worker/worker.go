@@ -130,16 +130,25 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.started = true
 	w.mu.Unlock()
+	if err := w.start(ctx); err != nil {
+		w.mu.Lock()
+		w.started = false // a failed Start may be tried again
+		w.mu.Unlock()
+		return err
+	}
+	return nil
+}
 
+func (w *Worker) start(ctx context.Context) error {
 	q, err := loadQueue(ctx, w.client, w.cfg.QueueURL, w.cfg.QueueName, PlainRequestBodies)
 	if err != nil {
 		return err
 	}
-	w.log = w.log.With("queue", q.Name)
+	log := w.cfg.Logger.With("queue", q.Name)
 	if q.DeadLetterTargetARN == "" {
-		w.log.Warn("worker: queue has no redrive policy: a message that keeps failing is retried until its retention period ends; add a dead-letter queue")
+		log.Warn("worker: queue has no redrive policy: a message that keeps failing is retried until its retention period ends; add a dead-letter queue")
 	} else if d, err := deadLetterRetention(ctx, w.client, q.DeadLetterTargetARN, PlainRequestBodies); err != nil {
-		w.log.Warn("worker: could not read the dead-letter queue's retention; checking against the queue's own", "error", err)
+		log.Warn("worker: could not read the dead-letter queue's retention; checking against the queue's own", "error", err)
 	} else {
 		q.DeadLetterRetentionPeriod = d
 	}
@@ -152,7 +161,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			"set Config.VisibilityTimeout or the queue's VisibilityTimeout", q.Name, vis)
 	}
 	if w.cfg.HandlerTimeout > vis {
-		w.log.Debug("worker: the handler timeout is longer than the visibility timeout; heartbeats keep long handlers' messages invisible",
+		log.Debug("worker: the handler timeout is longer than the visibility timeout; heartbeats keep long handlers' messages invisible",
 			"handler_timeout", w.cfg.HandlerTimeout, "visibility_timeout", vis)
 	}
 	if qc, ok := w.cfg.Handler.(QueueChecker); ok {
@@ -162,7 +171,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 
 	w.mu.Lock()
-	w.queue, w.vis = q, vis
+	w.queue, w.vis, w.log = q, vis, log
 	w.mu.Unlock()
 	base := context.WithoutCancel(ctx)
 	w.stopCtx, w.stopCancel = context.WithCancelCause(base)
