@@ -22,11 +22,15 @@ test: ## Run every test under -race against real PostgreSQL and a real SQS serve
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: bench
-bench: bench-inbox ## Run the benchmarks and print their tables.
+bench: bench-inbox bench-http ## Run the benchmarks and print their tables.
 
 .PHONY: bench-inbox
 bench-inbox: ## Inbox claim-and-run against pgbench running the same SQL on the same server.
 	$(GO) test -run '^$$' -bench BenchmarkInboxVsPgbench -benchtime 1x -timeout 30m ./inbox/
+
+.PHONY: bench-http
+bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first attempts and replays at c=1/8/32.
+	$(GO) test -run '^$$' -bench BenchmarkHTTP -benchtime 2000x -timeout 30m ./inbox/idempotency/
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## gofmt, go vet and the curated golangci-lint set (.golangci.yml).

@@ -21,7 +21,8 @@
 //
 // # Schema and migrations
 //
-// The tables live in a schema of their own ([DefaultSchema] unless Config.Schema says otherwise)
+// The tables (processed_messages, and idempotency_keys for the HTTP middleware in
+// [github.com/sqsinbox/sqsinbox/inbox/idempotency]) live in a schema of their own ([DefaultSchema] unless Config.Schema says otherwise)
 // and are created only by [Migrate] (or `sqsinbox migrate up`), never on first use.
 // [Inbox.Check] refuses to start on an unmigrated schema.
 //
