@@ -94,7 +94,8 @@ type queue struct {
 	vis, retention time.Duration
 	dlq            *queue
 	maxReceive     int
-	msgs           []*message
+	msgs           []*message // every message ever sent, for Messages
+	live           []*message // messages not known to be deleted, in order, for receives
 	handles        map[string]*message
 }
 
@@ -271,6 +272,7 @@ func (f *Fake) add(q *queue, body string, attrs map[string]types.MessageAttribut
 	m := &message{id: fmt.Sprintf("msg-%d", f.seq), body: body, attrs: attrs, group: group, sent: now,
 		visibleAt: now.Add(time.Duration(delay) * time.Second)}
 	q.msgs = append(q.msgs, m)
+	q.live = append(q.live, m)
 	f.notify()
 	return m
 }
@@ -343,8 +345,18 @@ func (f *Fake) nowLocked() time.Time {
 // invisible message becomes visible, or zero.
 func (f *Fake) take(q *queue, max int, vis time.Duration) (out []types.Message, next time.Time) {
 	now := f.now()
-	blocked := map[string]bool{}
-	for _, m := range q.msgs {
+	for len(q.live) > 0 && q.live[0].deleted {
+		q.live[0] = nil
+		q.live = q.live[1:]
+	}
+	var blocked map[string]bool
+	if q.fifo {
+		blocked = map[string]bool{}
+	}
+	for _, m := range q.live {
+		if len(out) >= max {
+			break
+		}
 		if m.deleted {
 			continue
 		}
@@ -357,10 +369,7 @@ func (f *Fake) take(q *queue, max int, vis time.Duration) (out []types.Message, 
 			}
 			continue
 		}
-		if len(out) >= max || (q.fifo && blocked[m.group]) {
-			if q.fifo {
-				blocked[m.group] = true
-			}
+		if q.fifo && blocked[m.group] {
 			continue
 		}
 		if q.dlq != nil && q.maxReceive > 0 && m.receives >= q.maxReceive {
@@ -369,6 +378,7 @@ func (f *Fake) take(q *queue, max int, vis time.Duration) (out []types.Message, 
 			d.deleted, d.deletes, d.receives, d.valid, d.firstReceive = false, 0, 0, nil, time.Time{}
 			d.visibleAt = now
 			q.dlq.msgs = append(q.dlq.msgs, &d)
+			q.dlq.live = append(q.dlq.live, &d)
 			continue
 		}
 		out = append(out, f.deliver(q, m, now, vis))
