@@ -11,6 +11,7 @@ package sqsfake
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -505,7 +506,8 @@ func checkBatch(n int, id func(int) string) error {
 }
 
 func errCode(err error) string {
-	if ae, ok := err.(*smithy.GenericAPIError); ok {
+	var ae *smithy.GenericAPIError
+	if errors.As(err, &ae) {
 		return ae.Code
 	}
 	return "InternalError"

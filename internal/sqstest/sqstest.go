@@ -77,7 +77,7 @@ func Start(ctx context.Context) (*Server, error) {
 	setDefault("AWS_ACCESS_KEY_ID", "test")
 	setDefault("AWS_SECRET_ACCESS_KEY", "test")
 	if os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
-		os.Setenv("AWS_REGION", "us-east-1")
+		_ = os.Setenv("AWS_REGION", "us-east-1")
 	}
 	if ep := cmpOr(os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")); ep != "" {
 		s := &Server{Endpoint: ep, GoAws: os.Getenv(envChildGoAws) == "1"}
@@ -91,8 +91,8 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqstest: AWS_ENDPOINT_URL_SQS is not set and GoAws %s could not be started: %w", GoAwsVersion, err)
 	}
-	os.Setenv("AWS_ENDPOINT_URL_SQS", s.Endpoint)
-	os.Setenv(envChildGoAws, "1") // so child processes know the quirks apply
+	_ = os.Setenv("AWS_ENDPOINT_URL_SQS", s.Endpoint)
+	_ = os.Setenv(envChildGoAws, "1") // so child processes know the quirks apply
 	if err := s.init(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -104,7 +104,7 @@ const envChildGoAws = "SQSINBOX_TEST_GOAWS"
 
 func setDefault(k, v string) {
 	if os.Getenv(k) == "" {
-		os.Setenv(k, v)
+		_ = os.Setenv(k, v)
 	}
 }
 
@@ -144,7 +144,7 @@ func (s *Server) Close() {
 	}
 	_ = s.cmd.Process.Kill()
 	<-s.exited
-	os.RemoveAll(s.dir)
+	_ = os.RemoveAll(s.dir)
 	s.cmd = nil
 }
 
@@ -233,7 +233,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -274,7 +274,7 @@ func tryGoAws(ctx context.Context, bin string, port int) (*Server, error) {
 `, port)
 	cfgPath := filepath.Join(dir, "goaws.yaml")
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	s := &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), GoAws: true, dir: dir,
@@ -284,10 +284,10 @@ func tryGoAws(ctx context.Context, bin string, port int) (*Server, error) {
 	s.cmd.Stdout = s.stderr
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	go func() { s.cmd.Wait(); close(s.exited) }()
+	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/health", nil)
@@ -300,7 +300,7 @@ func tryGoAws(ctx context.Context, bin string, port int) (*Server, error) {
 		}
 		select {
 		case <-s.exited:
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("GoAws exited at start: %s", tail(s.stderr.String(), 2000))
 		case <-ctx.Done():
 			s.Close()
