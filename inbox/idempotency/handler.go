@@ -88,18 +88,13 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, kh, fp, body []byte) {
 	ctx := r.Context()
 	log := m.cfg.Logger
-	tx, err := m.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: m.begin})
-	if err != nil {
-		m.internal(w, r, "begin", err)
-		return
-	}
+	tx, row, err := m.beginClaim(ctx, kh, fp)
 	done := false
 	defer func() {
 		if !done {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	row, err := m.claim(ctx, tx, kh, fp)
 	switch {
 	case errors.Is(err, errInFlight):
 		m.inFlight(w)

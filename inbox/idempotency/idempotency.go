@@ -149,10 +149,11 @@ type Middleware struct {
 	cfg     Config
 	methods map[string]bool
 	replay  map[string]bool
-	begin   string
-	sql     statements
-	retry   string
-	waitMs  int64
+	// settings are run in the attempt's transaction, pipelined with its BEGIN and claim.
+	settings []string
+	sql      statements
+	retry    string
+	waitMs   int64
 }
 
 // New returns middleware that stores keys and responses in pool's database. It does no I/O:
@@ -201,9 +202,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Middleware, error) {
 	leaseMs := max(c.Lease.Milliseconds(), 1)
 	// The settings are integers we format (milliseconds), never user text. SET LOCAL ends with
 	// the transaction, so nothing leaks onto the pooled connection.
-	m.begin = fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = %d; "+
-		"SET LOCAL statement_timeout = %d; SET LOCAL idle_in_transaction_session_timeout = %d",
-		m.waitMs, leaseMs, leaseMs)
+	// settings[0] must stay lock_timeout: claims and takeovers set it again.
+	m.settings = []string{
+		fmt.Sprintf("SET LOCAL lock_timeout = %d", m.waitMs),
+		fmt.Sprintf("SET LOCAL statement_timeout = %d", leaseMs),
+		fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", leaseMs),
+	}
 	m.sql = newStatements(sqlident.Quote(c.Schema, table))
 	m.retry = fmt.Sprint(int64((c.RetryAfter + time.Second - 1) / time.Second))
 	return m, nil

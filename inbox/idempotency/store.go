@@ -67,56 +67,113 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
 
-// claim inserts the key in tx or finds its stored response. tx was begun with lock_timeout set
-// to the wait; claim resets it, so the handler's own statements wait as they normally would.
-func (m *Middleware) claim(ctx context.Context, tx pgx.Tx, kh, fp []byte) (stored, error) {
+// beginClaim begins the attempt's transaction and claims the key in one round trip: BEGIN, the
+// lease and wait settings, the claim, and the reset of lock_timeout travel as one pipelined
+// batch. The claim waits up to the wait for an uncommitted attempt on the same key; the reset
+// after it lets the handler's own statements wait as they normally would. The caller must roll
+// the returned transaction back unless it commits it, also when err is not nil.
+func (m *Middleware) beginClaim(ctx context.Context, kh, fp []byte) (pgx.Tx, stored, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	for _, q := range m.settings {
+		b.Queue(q)
+	}
+	b.Queue(m.sql.claim, kh, fp, m.cfg.TTL.Seconds())
+	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	br := m.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	var err error
+	for range 1 + len(m.settings) {
+		if _, e := br.Exec(); err == nil {
+			err = e
+		}
+	}
+	row, found, e := scanStored(br.QueryRow())
+	if err == nil {
+		err = e
+	}
+	if _, e := br.Exec(); err == nil {
+		err = e
+	}
+	if e := br.Close(); err == nil {
+		err = e
+	}
+	if err != nil {
+		if isLockTimeout(err) {
+			return tx, stored{}, errInFlight
+		}
+		return tx, stored{}, err
+	}
+	row, err = m.settle(ctx, tx, kh, fp, row, found)
+	return tx, row, err
+}
+
+// settle finishes a claim whose first statement found row (or, when found is false, nothing:
+// the attempt it waited for committed after its snapshot). It reads again, takes an expired row
+// over, or claims again if the row was purged meanwhile.
+func (m *Middleware) settle(ctx context.Context, tx pgx.Tx, kh, fp []byte, row stored, found bool) (stored, error) {
 	ttl := m.cfg.TTL.Seconds()
-	for range 3 {
-		var b pgx.Batch
-		b.Queue(m.sql.claim, kh, fp, ttl)
-		b.Queue("SET LOCAL lock_timeout TO DEFAULT")
-		br := tx.SendBatch(ctx, &b)
-		row, found, err := scanStored(br.QueryRow())
-		if err == nil {
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			if isLockTimeout(err) {
-				return stored{}, errInFlight
-			}
-			return stored{}, err
-		}
+	for attempt := 0; ; attempt++ {
 		if !found {
-			// The attempt we waited for committed after our snapshot: read its row.
+			var err error
 			row, found, err = scanStored(tx.QueryRow(ctx, m.sql.reread, kh, ttl))
 			if err != nil {
 				return stored{}, err
 			}
-			if !found {
-				continue // purged meanwhile: claim again
-			}
 		}
-		if row.fresh || !row.expired {
+		switch {
+		case !found:
+			// purged meanwhile: claim again
+		case row.fresh || !row.expired:
 			return row, nil
+		default:
+			ok, err := m.takeover(ctx, tx, kh, fp)
+			if err != nil {
+				return stored{}, err
+			}
+			if ok {
+				return stored{fresh: true}, nil
+			}
+			// Another attempt took the expired row over and committed: look again.
 		}
-		ok, err := m.takeover(ctx, tx, kh, fp)
+		if attempt == 2 {
+			return stored{}, errInFlight
+		}
+		var err error
+		row, found, err = m.claimAgain(ctx, tx, kh, fp)
 		if err != nil {
 			return stored{}, err
 		}
-		if ok {
-			return stored{fresh: true}, nil
-		}
-		// Another attempt took the expired row over and committed: look again.
 	}
-	return stored{}, errInFlight
+}
+
+// claimAgain runs the claim once more inside tx, with the wait.
+func (m *Middleware) claimAgain(ctx context.Context, tx pgx.Tx, kh, fp []byte) (stored, bool, error) {
+	var b pgx.Batch
+	b.Queue(m.settings[0]) // lock_timeout = the wait
+	b.Queue(m.sql.claim, kh, fp, m.cfg.TTL.Seconds())
+	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	br := tx.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	row, found, e := scanStored(br.QueryRow())
+	if err == nil {
+		err = e
+	}
+	if _, e := br.Exec(); err == nil {
+		err = e
+	}
+	if e := br.Close(); err == nil {
+		err = e
+	}
+	if isLockTimeout(err) {
+		return stored{}, false, errInFlight
+	}
+	return row, found, err
 }
 
 func (m *Middleware) takeover(ctx context.Context, tx pgx.Tx, kh, fp []byte) (bool, error) {
 	var b pgx.Batch
-	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", m.waitMs))
+	b.Queue(m.settings[0]) // lock_timeout = the wait
 	b.Queue(m.sql.takeover, kh, fp, m.cfg.TTL.Seconds())
 	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	br := tx.SendBatch(ctx, &b)
