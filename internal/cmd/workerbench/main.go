@@ -144,7 +144,7 @@ func run(n int, csFlag string, inflight int) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("\nmemory with %d messages in flight (fake, handlers blocked): %.1f MiB heap, %.1f KiB and %.1f goroutines per message\n",
+		fmt.Printf("\nmemory with %d messages in flight (fake, handlers blocked, no database): %.2f MiB live heap and stacks, %.2f KiB and %.1f goroutines per message\n",
 			inflight, float64(bytes)/(1<<20), float64(bytes)/float64(inflight)/1024, float64(gor)/float64(inflight))
 	}
 	fmt.Printf("\nload at the end: %s\n", loadavg())
@@ -332,7 +332,7 @@ func (b *bench) workerFake(ctx context.Context, n, c int) (float64, float64, err
 
 // memoryInFlight measures the heap and goroutines of a worker holding k messages in flight (on
 // the fake, with blocked handlers and no database).
-func memoryInFlight(ctx context.Context, k int) (uint64, int, error) {
+func memoryInFlight(ctx context.Context, k int) (int64, int, error) {
 	f := sqsfake.New()
 	url := f.CreateQueue(sqsfake.QueueOptions{Name: "mem", VisibilityTimeout: time.Hour})
 	msgs := make([]sqstest.Message, k)
@@ -369,5 +369,6 @@ func memoryInFlight(ctx context.Context, k int) (uint64, int, error) {
 	if err := w.Stop(ctx); err != nil {
 		return 0, 0, err
 	}
-	return m1.HeapInuse - m0.HeapInuse, g1 - g0, nil
+	live := func(m *runtime.MemStats) int64 { return int64(m.HeapAlloc) + int64(m.StackInuse) }
+	return live(&m1) - live(&m0), g1 - g0, nil
 }
