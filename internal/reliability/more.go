@@ -119,7 +119,7 @@ func runSQSOutage(ctx context.Context, e *Env, s Size) (*Report, error) {
 		o.BaseEndpoint = aws.String(ppx.Endpoint())
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	})
-	prod := &Producer{Run: r, Client: pc, Retries: 3, Timeout: 5 * time.Second}
+	prod := &Producer{Run: r, Client: pc, Retries: 6, Timeout: 5 * time.Second}
 	var set workerSet
 	defer set.stopAll(ctx)
 	for i := range s.Workers {
@@ -163,7 +163,7 @@ func runSQSOutage(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if err := <-sent; err != nil {
 		return nil, err
 	}
-	if err := r.WaitEffects(ctx, s.Messages*9/10, s.Wait()); err != nil {
+	if err := r.WaitEffects(ctx, prod.OKKeys(), s.Wait()); err != nil {
 		return nil, err
 	}
 	checks = append(checks, set.stopAll(ctx)...)

@@ -180,7 +180,7 @@ func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
 		}
 		todo = retry
 		if len(todo) > 0 {
-			_ = sleep(ctx, time.Duration(100*(attempt+1))*time.Millisecond)
+			_ = sleep(ctx, (100*time.Millisecond)<<attempt) // 0.1 s, 0.2 s, 0.4 s, ...
 		}
 	}
 	return nil
@@ -237,6 +237,19 @@ func (p *Producer) record(_ context.Context, rows []sendRow) error {
 		p.sends = append(p.sends, Send{Seq: r.seq, Key: r.ev.Key, Value: r.ev.Value, Kind: r.ev.Kind, Status: r.status})
 	}
 	return nil
+}
+
+// OKKeys returns the number of distinct good keys sent successfully at least once.
+func (p *Producer) OKKeys() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys := map[string]bool{}
+	for _, s := range p.sends {
+		if s.Status == SendOK && !IsPoison(s.Kind) {
+			keys[s.Key] = true
+		}
+	}
+	return len(keys)
 }
 
 // Sends returns every send recorded so far.

@@ -191,10 +191,11 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 		}
 	}
 	sent := sendAsync(ctx, prod, withResends(GoodEvents("kill", s.Messages)), s.Spread)
+	// Kill while the producer sends and until the queue is empty (at least 3 kills per worker).
 	kills, gen := 0, 0
 	var sendErr error
 	producing := true
-	for producing || kills < 3*s.Workers {
+	for {
 		if err := sleep(ctx, time.Duration(300+rand.IntN(1200))*time.Millisecond); err != nil {
 			return nil, err
 		}
@@ -203,7 +204,7 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 			producing = false
 		default:
 		}
-		if !producing {
+		if !producing && kills >= 3*s.Workers {
 			if n, _ := r.Count(ctx, r.Queue.URL); n == 0 {
 				break // nothing left to kill in the middle of
 			}
