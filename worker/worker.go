@@ -256,11 +256,11 @@ func (w *Worker) poll() {
 		if err := w.pause.wait(ctx); err != nil {
 			return
 		}
-		batch := w.cfg.BatchSize
+		need, batch := w.minBatch(), w.cfg.BatchSize
 		if w.pause.active() {
-			batch = 1 // a probe: one message, so an outage burns few receive counts
+			need, batch = 1, 1 // a probe: one message, so an outage burns few receive counts
 		}
-		n, err := w.acquire(ctx, batch)
+		n, err := w.acquire(ctx, need, batch)
 		if err != nil {
 			return
 		}
@@ -301,13 +301,19 @@ func (w *Worker) poll() {
 	}
 }
 
-// acquire takes at least one slot, waiting for it, and then as many more as are free now, up to
-// batch.
-func (w *Worker) acquire(ctx context.Context, batch int) (int, error) {
-	if err := w.slots.Acquire(ctx, 1); err != nil {
+// minBatch is the number of free slots a poller waits for before it receives: its share of
+// Concurrency, up to BatchSize. Receiving for one slot at a time under load would multiply the
+// ReceiveMessage calls per message.
+func (w *Worker) minBatch() int {
+	return max(1, min(w.cfg.BatchSize, w.cfg.Concurrency/w.cfg.Pollers))
+}
+
+// acquire takes need slots, waiting for them, and then as many more as are free now, up to batch.
+func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
+	if err := w.slots.Acquire(ctx, int64(need)); err != nil {
 		return 0, err
 	}
-	n := 1
+	n := need
 	for n < batch && w.slots.TryAcquire(1) {
 		n++
 	}
