@@ -134,7 +134,10 @@ func (r *Run) drainQueue(ctx context.Context, wc WorkerConfig, res *DrainResult)
 			}
 			if err := sleep(ctx, 300*time.Millisecond); err != nil {
 				_ = w.Stop(context.WithoutCancel(ctx))
-				return fmt.Errorf("reliability: the queue did not drain: %w (last count error: %v)", err, last)
+				if last != nil {
+					return fmt.Errorf("reliability: the queue did not drain: %w (last count error: %w)", err, last)
+				}
+				return fmt.Errorf("reliability: the queue did not drain: %w", err)
 			}
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)

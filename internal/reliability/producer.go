@@ -174,9 +174,9 @@ func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
 				retry = append(retry, rows[i].ev)
 			}
 		}
-		_ = p.record(ctx, rows)
-		if ctx.Err() != nil {
-			return nil
+		p.record(rows)
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		todo = retry
 		if len(todo) > 0 {
@@ -230,13 +230,12 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-func (p *Producer) record(_ context.Context, rows []sendRow) error {
+func (p *Producer) record(rows []sendRow) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range rows {
 		p.sends = append(p.sends, Send{Seq: r.seq, Key: r.ev.Key, Value: r.ev.Value, Kind: r.ev.Kind, Status: r.status})
 	}
-	return nil
 }
 
 // OKKeys returns the number of distinct good keys sent successfully at least once.

@@ -224,7 +224,10 @@ func (r *Run) WaitEffects(ctx context.Context, n int, timeout time.Duration) err
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("reliability: %d effects after %v, waited for %d (%v)", got, timeout, n, err)
+			if err != nil {
+				return fmt.Errorf("reliability: %d effects after %v, waited for %d: %w", got, timeout, n, err)
+			}
+			return fmt.Errorf("reliability: %d effects after %v, waited for %d", got, timeout, n)
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return err

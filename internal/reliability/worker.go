@@ -128,7 +128,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		pool.Close()
 		return nil, err
 	}
-	var base Client = cfg.Client
+	base := cfg.Client
 	if base == nil {
 		awsCfg, err := config.LoadDefaultConfig(ctx)
 		if err != nil {
