@@ -25,15 +25,30 @@ import (
 var srv *sqstest.Server
 
 func TestMain(m *testing.M) {
-	if os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
-		defer goleak.VerifyNone(nil, goleak.IgnoreCurrent(),
-			// Idle keep-alive connections of the SDK's HTTP client.
-			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-			goleak.IgnoreAnyFunction("github.com/sqsinbox/sqsinbox/internal/sqstest.tryGoAws.func1"))
+	s, err := sqstest.Start(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	sqstest.Main(m, &srv)
+	srv = s
+	code := m.Run()
+	if code == 0 && os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
+		if err := goleak.Find(leakOptions...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	s.Close()
+	os.Exit(code)
+}
+
+// leakOptions ignore what outlives a worker by design: the SDK's idle keep-alive connections and
+// the harness's wait for GoAws.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	goleak.IgnoreAnyFunction("github.com/sqsinbox/sqsinbox/internal/sqstest.tryGoAws.func1"),
 }
 
 func newClient(t testing.TB) *sqs.Client {
