@@ -541,7 +541,7 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 // visibilitySeconds turns a delay into a visibility timeout that SQS accepts for m: whole seconds
 // (rounded up), not past 12 hours from its first receive.
 func visibilitySeconds(m *Message, d time.Duration, now time.Time) int32 {
-	left := m.FirstReceived.Add(MaxVisibility - capMargin).Sub(now)
+	left := max(m.FirstReceived.Add(MaxVisibility-capMargin).Sub(now), 0)
 	d = clampDur(d, 0, left)
 	return int32((d + time.Second - 1) / time.Second)
 }
