@@ -105,8 +105,11 @@ func (r *Report) Problems() []string {
 // Check compares the observations and returns the report.
 func Check(o Observations) Report {
 	var r Report
-	ex := func(format string, args ...any) {
-		if len(r.Examples) < 12 {
+	perKind := map[string]int{}
+	ex := func(format string, args ...any) { // a few examples of each kind of problem
+		kind := strings.Fields(format)[0]
+		if perKind[kind] < 4 {
+			perKind[kind]++
 			r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
 		}
 	}

@@ -238,7 +238,7 @@ func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 	var procs []*Proc
 	for i := range max(2, s.Workers) {
 		c := r.WorkerConfig(fmt.Sprintf("w%d", i))
-		c.JitterDelay = 20 * time.Millisecond
+		c.JitterDelay = 150 * time.Millisecond // several handlers in flight when the stop lands
 		p, err := r.StartProc(c)
 		if err != nil {
 			return nil, err
