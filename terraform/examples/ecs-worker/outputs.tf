@@ -1,0 +1,19 @@
+output "queue_url" {
+  description = "The worker's QUEUE_URL."
+  value       = module.queue.queue_url
+}
+
+output "dlq_url" {
+  description = "The DLQ, for inspection and redrive."
+  value       = module.queue.dlq_url
+}
+
+output "task_role_arn" {
+  description = "The task role holding the consumer policy."
+  value       = aws_iam_role.task.arn
+}
+
+output "task_definition_arn" {
+  description = "The worker's task definition."
+  value       = aws_ecs_task_definition.worker.arn
+}
