@@ -29,6 +29,8 @@ const (
 	callTimeout = 15 * time.Second
 	// capMargin keeps every visibility request clear of the 12-hour cap.
 	capMargin = 5 * time.Second
+	// gatherWait is how long a poller holding some free slots waits for more before it receives.
+	gatherWait = 5 * time.Millisecond
 	// receiveGrace is how long a stop lets a receive in flight finish before abandoning it.
 	receiveGrace = 2 * time.Second
 )
@@ -301,21 +303,29 @@ func (w *Worker) poll() {
 	}
 }
 
-// minBatch is the number of free slots a poller waits for before it receives: its share of
-// Concurrency, up to BatchSize. Receiving for one slot at a time under load would multiply the
-// ReceiveMessage calls per message.
+// minBatch is the number of free slots a poller waits for, at most gatherWait, before it
+// receives: its share of Concurrency, up to BatchSize. Receiving for one slot at a time under load
+// would multiply the ReceiveMessage calls per message; waiting long would leave slots idle.
 func (w *Worker) minBatch() int {
 	return max(1, min(w.cfg.BatchSize, w.cfg.Concurrency/w.cfg.Pollers))
 }
 
-// acquire takes need slots, waiting for them, and then as many more as are free now, up to batch.
+// acquire takes one slot, waiting for it, then waits up to gatherWait for more until it holds
+// need, and then takes as many more as are free now, up to batch.
 func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
-	if err := w.slots.Acquire(ctx, int64(need)); err != nil {
+	if err := w.slots.Acquire(ctx, 1); err != nil {
 		return 0, err
 	}
-	n := need
+	n := 1
 	for n < batch && w.slots.TryAcquire(1) {
 		n++
+	}
+	if n < need {
+		gctx, cancel := context.WithTimeout(ctx, gatherWait)
+		for n < need && w.slots.Acquire(gctx, 1) == nil {
+			n++
+		}
+		cancel()
 	}
 	return n, nil
 }
