@@ -7,6 +7,9 @@
 // AWS configuration chain (and child processes) reach it. Dummy credentials and a region are set
 // when none are present. Tests never skip: when no server can be had they fail with the reason.
 //
+// Against an external GoAws, also set SQSINBOX_TEST_GOAWS=1 so that helpers such as [Count]
+// allow for its quirks.
+//
 // Queues get unique names and are created one at a time (GoAws crashes when queues are created
 // while other requests are in flight), and are never deleted under load.
 package sqstest
@@ -49,12 +52,13 @@ type Server struct {
 	// EMULATORS.md).
 	GoAws bool
 
-	cmd    *exec.Cmd
-	dir    string
-	exited chan struct{}
-	stderr *bytes.Buffer
-	mu     sync.Mutex // serialises queue creation
-	client *sqs.Client
+	cmd     *exec.Cmd
+	dir     string
+	exited  chan struct{}
+	stderr  *bytes.Buffer
+	mu      sync.Mutex // serialises queue creation
+	client  *sqs.Client
+	created []string // queue URLs, deleted at Close on a server the harness did not start
 }
 
 // Main starts a server for a test binary, runs its tests and stops the server. Use it from
@@ -137,9 +141,21 @@ func (s *Server) NewClient(ctx context.Context, optFns ...func(*sqs.Options)) (*
 // Client returns the harness's own client.
 func (s *Server) Client() *sqs.Client { return s.client }
 
-// Close stops the server if the harness started it.
+// Close stops the server if the harness started it. On a server it did not start (LocalStack,
+// real SQS) it deletes the queues it created instead; by then no test sends traffic.
 func (s *Server) Close() {
 	if s.cmd == nil {
+		if s.client == nil {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, u := range s.created {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, _ = s.client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
+			cancel()
+		}
+		s.created = nil
 		return
 	}
 	_ = s.cmd.Process.Kill()
@@ -388,6 +404,7 @@ func (s *Server) CreateQueueErr(ctx context.Context, o QueueOptions) (*Queue, er
 			return nil, s.wrap("create DLQ", err)
 		}
 		q.DLQURL = aws.ToString(out.QueueUrl)
+		s.created = append(s.created, q.DLQURL)
 		da, err := s.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: out.QueueUrl,
 			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
 		if err != nil {
@@ -404,6 +421,7 @@ func (s *Server) CreateQueueErr(ctx context.Context, o QueueOptions) (*Queue, er
 		return nil, s.wrap("create queue", err)
 	}
 	q.URL = aws.ToString(out.QueueUrl)
+	s.created = append(s.created, q.URL)
 	return q, nil
 }
 
