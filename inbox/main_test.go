@@ -19,10 +19,13 @@ import (
 var db *pgtest.Server
 
 func TestMain(m *testing.M) {
-	if os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
-		defer goleak.VerifyNone(nil, goleak.IgnoreCurrent())
-	}
-	pgtest.Main(m, "inbox", &db)
+	ignore := goleak.IgnoreCurrent()
+	pgtest.Main(m, "inbox", &db, func() error {
+		if os.Getenv("SQSINBOX_SKIP_GOLEAK") != "" {
+			return nil
+		}
+		return goleak.Find(ignore)
+	})
 }
 
 type bundle struct {

@@ -14,8 +14,9 @@ import (
 //	func TestMain(m *testing.M) { pgtest.Main(m, "inbox", &db) }
 //
 // When no server can be had, it prints why (naming the docker compose alternative) and exits 1:
-// the tests fail, they are never skipped.
-func Main(m *testing.M, prefix string, out **Server) {
+// the tests fail, they are never skipped. Each of after runs once the tests passed (a goroutine
+// leak check, say); an error from one fails the test binary.
+func Main(m *testing.M, prefix string, out **Server, after ...func() error) {
 	s, err := Start(context.Background(), prefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -24,5 +25,14 @@ func Main(m *testing.M, prefix string, out **Server) {
 	*out = s
 	code := m.Run()
 	s.Close()
+	for _, check := range after {
+		if code != 0 {
+			break
+		}
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
