@@ -22,7 +22,7 @@ test: ## Run every test under -race against real PostgreSQL and a real SQS serve
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: bench
-bench: bench-inbox bench-http ## Run the benchmarks and print their tables.
+bench: bench-inbox bench-http bench-worker ## Run the benchmarks and print their tables.
 
 .PHONY: bench-inbox
 bench-inbox: ## Inbox claim-and-run against pgbench running the same SQL on the same server.
@@ -31,6 +31,10 @@ bench-inbox: ## Inbox claim-and-run against pgbench running the same SQL on the 
 .PHONY: bench-http
 bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first attempts and replays at c=1/8/32.
 	$(GO) test -run '^$$' -bench BenchmarkHTTP -benchtime 2000x -timeout 30m ./inbox/idempotency/
+
+.PHONY: bench-worker
+bench-worker: ## Worker msgs/s at c=1/8/32/64 against GoAws and the fake, beside raw GoAws and inbox-only (same run), allocs/msg, memory at 1,000 in flight.
+	$(GO) run ./internal/cmd/workerbench -n 3000 -c 1,8,32,64 -repeat 2
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## gofmt, go vet and the curated golangci-lint set (.golangci.yml).
