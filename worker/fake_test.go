@@ -15,6 +15,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/internal/sqsfake"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
 // The tests in this file use the in-process fake (internal/sqsfake), for faults that no local
@@ -78,7 +79,7 @@ func TestBackoffFromReceiveCountFake(t *testing.T) {
 		return nil
 	}})
 	b.send(t, []sqstest.Message{{Body: "fails"}})
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url,
 		Backoff: func(n int) time.Duration {
 			mu.Lock()
 			counts = append(counts, n)
@@ -89,7 +90,7 @@ func TestBackoffFromReceiveCountFake(t *testing.T) {
 	sqstest.WaitFor(t, 20*time.Second, "the message in the DLQ", func() (bool, string) {
 		return b.f.Len(b.dlq) == 1, fmt.Sprint(b.f.Len(b.dlq))
 	})
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	mu.Lock()
 	defer mu.Unlock()
 	if fmt.Sprint(counts) != "[1 2 3]" {
@@ -139,7 +140,7 @@ func TestFIFOFake(t *testing.T) {
 		maxPar   int
 	)
 	met := newTestMetrics()
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 20, Backoff: noBackoff, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 20, Backoff: noBackoff, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			mu.Lock()
 			running[m.GroupID]++
@@ -163,7 +164,7 @@ func TestFIFOFake(t *testing.T) {
 			return nil
 		})})
 	b.waitDeleted(t, 30*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	mu.Lock()
 	defer mu.Unlock()
 	for g := range groups {
@@ -194,7 +195,7 @@ func TestFIFOReleaseBehindFailureFake(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	met := newTestMetrics()
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 1, Backoff: noBackoff, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 1, Backoff: noBackoff, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -205,7 +206,7 @@ func TestFIFOReleaseBehindFailureFake(t *testing.T) {
 			return nil
 		})})
 	b.waitDeleted(t, 20*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	mu.Lock()
 	defer mu.Unlock()
 	if got := fmt.Sprint(order); got != "[0 1 2 3 3 4 5 6 7 8 9]" {
@@ -234,7 +235,7 @@ func TestReceiveErrorsBackOffFake(t *testing.T) {
 				return nil
 			}})
 			met := newTestMetrics()
-			w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 2, Metrics: met,
+			w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 2, Metrics: met,
 				Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
 			start := time.Now()
 			sqstest.WaitFor(t, 10*time.Second, "a few failed receives", func() (bool, string) {
@@ -246,7 +247,7 @@ func TestReceiveErrorsBackOffFake(t *testing.T) {
 			}
 			failing.Store(false)
 			b.waitDeleted(t, 40*time.Second)
-			stopWorker(t, w)
+			workertest.Stop(t, w)
 		})
 	}
 }
@@ -269,10 +270,10 @@ func TestPartialDeleteFailureFake(t *testing.T) {
 		return ""
 	}})
 	met := newTestMetrics()
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 20, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 20, Metrics: met,
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
 	b.waitDeleted(t, 20*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	mu.Lock()
 	defer mu.Unlock()
 	retried := 0
@@ -306,12 +307,12 @@ func TestDeleteGiveUpFake(t *testing.T) {
 	b.send(t, bodies(3, "m"))
 	b.f.SetFaults(sqsfake.Faults{DeleteEntry: func(string) string { return "InternalError" }})
 	met := newTestMetrics()
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
 	sqstest.WaitFor(t, 20*time.Second, "delete failures counted", func() (bool, string) {
 		return met.get(worker.DeleteFailures) == 3, fmt.Sprint(met.get(worker.DeleteFailures))
 	})
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	if n := b.f.Len(b.url); n != 3 {
 		t.Errorf("%d messages left, want 3", n)
 	}
@@ -330,10 +331,10 @@ func TestStaleReceiptHandleFake(t *testing.T) {
 		b.f.SetFaults(sqsfake.Faults{DeleteEntry: func(string) string { entries.Add(1); return "ReceiptHandleIsInvalid" }})
 		met := newTestMetrics()
 		var handled atomic.Int32
-		w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+		w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
 			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { handled.Add(1); return nil })})
 		sqstest.WaitFor(t, 10*time.Second, "10 handled", func() (bool, string) { return handled.Load() == 10, "" })
-		stopWorker(t, w)
+		workertest.Stop(t, w)
 		if n := entries.Load(); n != 10 {
 			t.Errorf("%d delete entries sent, want 10 (no retries)", n)
 		}
@@ -359,7 +360,7 @@ func TestStaleReceiptHandleFake(t *testing.T) {
 		}})
 		causes := make(chan error, 2)
 		var calls atomic.Int32
-		w := startWorker(t, b.f, worker.Config{QueueURL: b.url,
+		w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url,
 			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 				if calls.Add(1) == 1 {
 					<-ctx.Done()
@@ -373,7 +374,7 @@ func TestStaleReceiptHandleFake(t *testing.T) {
 			t.Fatalf("cause = %v, want ErrLeaseLost", c)
 		}
 		b.waitDeleted(t, 20*time.Second) // after the visibility timeout
-		stopWorker(t, w)
+		workertest.Stop(t, w)
 		if n := visCalls.Load(); n != 1 {
 			t.Errorf("%d visibility calls; want only the failed heartbeat", n)
 		}
@@ -393,7 +394,7 @@ func TestDuplicateInBatchFake(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	met := newTestMetrics()
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -404,7 +405,7 @@ func TestDuplicateInBatchFake(t *testing.T) {
 			return nil
 		})})
 	b.waitDeleted(t, 20*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	// A message is doubled only when the batch has room for the copy.
 	p, d := met.get(worker.Processed), met.get(worker.Duplicates)
 	if p != 20 || d < 5 {
@@ -424,7 +425,7 @@ func TestTwelveHourCapFake(t *testing.T) {
 	b.f.Age(b.url, 12*time.Hour-9*time.Second)
 	met := newTestMetrics()
 	cause := make(chan error, 1)
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			<-ctx.Done()
 			cause <- context.Cause(ctx)
@@ -438,7 +439,7 @@ func TestTwelveHourCapFake(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the handler was not cancelled at the cap")
 	}
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	if v := b.f.Violations(); len(v) > 0 {
 		t.Errorf("the worker asked for what SQS refuses: %v", v)
 	}
@@ -454,7 +455,7 @@ func TestHeartbeatFake(t *testing.T) {
 	b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: time.Second})
 	b.send(t, bodies(3, "long"))
 	met := newTestMetrics()
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			sqstest.WaitFor(t, 10*time.Second, "heartbeats", func() (bool, string) {
 				return met.get(worker.Heartbeats) >= 3*4, ""
@@ -462,7 +463,7 @@ func TestHeartbeatFake(t *testing.T) {
 			return nil
 		})})
 	b.waitDeleted(t, 20*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	for _, m := range b.f.Messages(b.url) {
 		if m.ReceiveCount != 1 {
 			t.Errorf("%s received %d times", m.Body, m.ReceiveCount)
@@ -488,7 +489,7 @@ func TestHandlerTimeoutPanicRetryFake(t *testing.T) {
 	b.send(t, []sqstest.Message{{Body: "timeout"}, {Body: "panic"}, {Body: "later"}, {Body: "discard"}})
 	met := newTestMetrics()
 	var causes sync.Map
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, HandlerTimeout: 100 * time.Millisecond, Metrics: met,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, HandlerTimeout: 100 * time.Millisecond, Metrics: met,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if m.ReceiveCount > 1 {
@@ -507,7 +508,7 @@ func TestHandlerTimeoutPanicRetryFake(t *testing.T) {
 			return worker.Discard("unknown event type")
 		})})
 	b.waitDeleted(t, 20*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	if c, _ := causes.Load("timeout"); !errors.Is(c.(error), worker.ErrHandlerTimeout) {
 		t.Errorf("timeout cause = %v", c)
 	}
@@ -530,7 +531,7 @@ func TestUnavailablePausesFake(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
 	var failures atomic.Int32
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Backoff: noBackoff,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Backoff: noBackoff,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if down.Load() {
 				failures.Add(1)
@@ -551,7 +552,7 @@ func TestUnavailablePausesFake(t *testing.T) {
 		t.Errorf("%d receives during the outage; the pollers did not pause", received)
 	}
 	b.waitDeleted(t, 60*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 }
 
 // TestBackpressureFake (fake): the worker never holds more received messages than it has slots.
@@ -568,7 +569,7 @@ func TestBackpressureFake(t *testing.T) {
 	}})
 	release := make(chan struct{})
 	var running atomic.Int32
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 7, Pollers: 3,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 7, Pollers: 3,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			running.Add(1)
 			<-release
@@ -586,7 +587,7 @@ func TestBackpressureFake(t *testing.T) {
 	}
 	close(release)
 	b.waitDeleted(t, 20*time.Second)
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	if m := maxAsk.Load(); m > 7 {
 		t.Errorf("a receive asked for %d messages with 7 slots", m)
 	}
@@ -609,7 +610,7 @@ func TestStopReleasesFake(t *testing.T) {
 			started := make(chan struct{})
 			release := make(chan struct{})
 			met := newTestMetrics()
-			w := startWorker(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+			w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
 				Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 					close(started)
 					<-release
@@ -646,7 +647,7 @@ func TestStopAndCancelFake(t *testing.T) {
 	b.send(t, bodies(5, "m"))
 	var running atomic.Int32
 	causes := make(chan error, 5)
-	w := startWorker(t, b.f, worker.Config{QueueURL: b.url,
+	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			running.Add(1)
 			<-ctx.Done()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
 // TestDrainGoAws (GoAws) drains a few thousand messages and fails if any message waited out a
@@ -27,7 +28,7 @@ func TestDrainGoAws(t *testing.T) {
 	}
 	rec := newRecorder()
 	start := time.Now()
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 32, WaitTime: time.Second,
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 32, WaitTime: time.Second,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			rec.add(string(m.Body))
 			return nil
@@ -36,8 +37,8 @@ func TestDrainGoAws(t *testing.T) {
 		return rec.distinct() == n, fmt.Sprintf("%d of %d handled after %v", rec.distinct(), n, time.Since(start))
 	})
 	t.Logf("drained %d messages in %v", n, time.Since(start))
-	stopWorker(t, w)
-	waitCount(t, c, q.URL, 0, 10*time.Second)
+	workertest.Stop(t, w)
+	sqstest.WaitCount(t, c, q.URL, 0, 10*time.Second)
 	if d := rec.dupes(); d != 0 {
 		t.Errorf("%d messages were handled twice", d)
 	}
@@ -54,7 +55,7 @@ func TestRetryGoAws(t *testing.T) {
 	}
 	rec := newRecorder()
 	met := newTestMetrics()
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
 		Backoff: func(int) time.Duration { return time.Second },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if rec.add(string(m.Body)) == 1 {
@@ -62,8 +63,8 @@ func TestRetryGoAws(t *testing.T) {
 			}
 			return nil
 		})})
-	waitCount(t, c, q.URL, 0, 20*time.Second)
-	stopWorker(t, w)
+	sqstest.WaitCount(t, c, q.URL, 0, 20*time.Second)
+	workertest.Stop(t, w)
 	for i := range 20 {
 		if got := rec.count(fmt.Sprintf("r%d", i)); got != 2 {
 			t.Errorf("r%d handled %d times, want 2", i, got)
@@ -87,14 +88,14 @@ func TestPoisonToDLQGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int32
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second,
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			calls.Add(1)
 			return errors.New("always fails")
 		})})
-	waitCount(t, c, q.DLQURL, 1, 20*time.Second)
-	stopWorker(t, w)
+	sqstest.WaitCount(t, c, q.DLQURL, 1, 20*time.Second)
+	workertest.Stop(t, w)
 	if got := calls.Load(); got != 2 {
 		t.Errorf("handler called %d times, want maxReceiveCount = 2", got)
 	}
@@ -109,13 +110,13 @@ func TestDiscardGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	met := newTestMetrics()
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			return worker.Discard("unknown schema version")
 		})})
-	waitCount(t, c, q.URL, 0, 20*time.Second)
-	stopWorker(t, w)
-	waitCount(t, c, q.DLQURL, 0, time.Second)
+	sqstest.WaitCount(t, c, q.URL, 0, 20*time.Second)
+	workertest.Stop(t, w)
+	sqstest.WaitCount(t, c, q.DLQURL, 0, time.Second)
 	if got := met.get(worker.Discarded); got != 5 {
 		t.Errorf("discarded = %d, want 5", got)
 	}
@@ -138,7 +139,7 @@ func TestStartChecksGoAws(t *testing.T) {
 		if err := w.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		stopWorker(t, w)
+		workertest.Stop(t, w)
 		if seen == nil || seen.URL != q.URL {
 			t.Fatalf("checker saw %+v, want URL %s", seen, q.URL)
 		}
@@ -193,7 +194,7 @@ func TestStopUnderLoadGoAws(t *testing.T) {
 	}
 	rec := newRecorder()
 	met := newTestMetrics()
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			rec.add(string(m.Body))
 			return nil
@@ -201,7 +202,7 @@ func TestStopUnderLoadGoAws(t *testing.T) {
 	sqstest.WaitFor(t, 20*time.Second, "a third handled", func() (bool, string) {
 		return rec.distinct() >= n/3, fmt.Sprint(rec.distinct())
 	})
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	handled := rec.distinct()
 	if handled == n {
 		t.Fatal("the queue drained before Stop; the test did not test anything")
@@ -209,7 +210,7 @@ func TestStopUnderLoadGoAws(t *testing.T) {
 	if met.get(worker.Deleted) != met.get(worker.Processed) {
 		t.Errorf("deleted %d != processed %d after Stop", met.get(worker.Deleted), met.get(worker.Processed))
 	}
-	waitCount(t, c, q.URL, n-handled, 10*time.Second)
+	sqstest.WaitCount(t, c, q.URL, n-handled, 10*time.Second)
 }
 
 // TestStartStopStressGoAws (GoAws): many short-lived workers on one queue; every message is
@@ -228,7 +229,7 @@ func TestStartStopStressGoAws(t *testing.T) {
 			t.Fatalf("only %d of %d handled after %d workers", rec.distinct(), n, i)
 		}
 		target := min(n, rec.distinct()+n/20)
-		w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 1 + i%20, WaitTime: time.Second,
+		w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 1 + i%20, WaitTime: time.Second,
 			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 				rec.add(string(m.Body))
 				return nil
@@ -237,7 +238,7 @@ func TestStartStopStressGoAws(t *testing.T) {
 			return rec.distinct() >= target, fmt.Sprint(rec.distinct())
 		})
 		if i%2 == 0 {
-			stopWorker(t, w)
+			workertest.Stop(t, w)
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			if err := w.StopAndCancel(ctx); err != nil {
@@ -246,7 +247,7 @@ func TestStartStopStressGoAws(t *testing.T) {
 			cancel()
 		}
 	}
-	waitCount(t, c, q.URL, 0, 10*time.Second)
+	sqstest.WaitCount(t, c, q.URL, 0, 10*time.Second)
 	if d := rec.dupes(); d != 0 {
 		t.Errorf("%d messages handled twice", d)
 	}

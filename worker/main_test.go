@@ -103,46 +103,6 @@ func bodies(n int, prefix string) []sqstest.Message {
 	return out
 }
 
-func startWorker(t testing.TB, c worker.SQSClient, cfg worker.Config) *worker.Worker {
-	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = sqstest.Logger(t)
-	}
-	w, err := worker.New(c, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
-	return w
-}
-
-func stopWorker(t testing.TB, w *worker.Worker) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := w.Stop(ctx); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-}
-
-func waitCount(t testing.TB, c sqstest.Counter, url string, want int, timeout time.Duration) {
-	t.Helper()
-	sqstest.WaitFor(t, timeout, fmt.Sprintf("%d messages in the queue", want), func() (bool, string) {
-		n, err := sqstest.Count(context.Background(), c, url)
-		if err != nil {
-			return false, err.Error()
-		}
-		return n == want, fmt.Sprintf("%d messages", n)
-	})
-}
-
 // testMetrics counts the worker's counters.
 type testMetrics struct {
 	mu sync.Mutex

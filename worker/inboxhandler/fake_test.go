@@ -10,6 +10,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/internal/sqsfake"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
 // TestDatabaseDownFake (fake SQS, real PostgreSQL that the test stops): while the database is
@@ -34,7 +35,7 @@ func TestDatabaseDownFake(t *testing.T) {
 	release := make(chan struct{})
 	handler := b.handler(t, nil)
 	var once sync.Once
-	w = startWorker(t, f, worker.Config{QueueURL: url, Concurrency: 8, Metrics: met,
+	w = workertest.Start(t, f, worker.Config{QueueURL: url, Concurrency: 8, Metrics: met,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			once.Do(func() { // the first handler waits for the database to go down
@@ -58,7 +59,7 @@ func TestDatabaseDownFake(t *testing.T) {
 	sqstest.WaitFor(t, 90*time.Second, "the queue drained", func() (bool, string) {
 		return f.Len(url) == 0, fmt.Sprintf("%d left", f.Len(url))
 	})
-	stopWorker(t, w)
+	workertest.Stop(t, w)
 	b.checkOnce(t, ids)
 	if n := f.Len(dlq); n != 0 {
 		t.Errorf("%d messages in the DLQ after the outage", n)

@@ -13,6 +13,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
+	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
 type counters struct{ processed, duplicates, failed atomic.Int64 }
@@ -42,10 +43,10 @@ func TestEndToEndGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	met := &counters{}
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second,
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second,
 		Metrics: met, Handler: b.handler(t, nil)})
-	waitCount(t, c, q.URL, 0, 60*time.Second)
-	stopWorker(t, w)
+	sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
+	workertest.Stop(t, w)
 	b.checkOnce(t, ids)
 	if p, d := met.processed.Load(), met.duplicates.Load(); p != 300 || d != 300 {
 		t.Errorf("processed %d, duplicates %d; want 300 and 300", p, d)
@@ -63,10 +64,10 @@ func TestBadKeyGoesToDLQGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	met := &counters{}
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
 		Backoff: func(int) time.Duration { return 0 }, Handler: b.handler(t, nil)})
-	waitCount(t, c, q.DLQURL, 2, 30*time.Second)
-	stopWorker(t, w)
+	sqstest.WaitCount(t, c, q.DLQURL, 2, 30*time.Second)
+	workertest.Stop(t, w)
 	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.effects`); n != 0 {
 		t.Errorf("%d effects, want 0", n)
 	}
@@ -89,9 +90,9 @@ func TestAttributeKeyGoAws(t *testing.T) {
 	if err := sqstest.Send(t.Context(), c, q.URL, msgs); err != nil {
 		t.Fatal(err)
 	}
-	w := startWorker(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: b.handler(t, nil)})
-	waitCount(t, c, q.URL, 0, 30*time.Second)
-	stopWorker(t, w)
+	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: b.handler(t, nil)})
+	sqstest.WaitCount(t, c, q.URL, 0, 30*time.Second)
+	workertest.Stop(t, w)
 	b.checkOnce(t, []string{"attr-1", "body-3"})
 }
 
@@ -134,7 +135,7 @@ func TestStartRefusesShortRetentionGoAws(t *testing.T) {
 			t.Errorf("Start = %v, want a *inbox.RetentionError", err)
 		}
 		if err == nil {
-			stopWorker(t, w)
+			workertest.Stop(t, w)
 		}
 	}
 }
