@@ -176,9 +176,30 @@ func (r *Run) readDLQ(ctx context.Context) ([]DLQMessage, []types.Message, error
 	var out []DLQMessage
 	var raw []types.Message
 	seen := map[string]bool{}
-	for empty := 0; empty < 3; {
+	// Read until three consecutive empty receives and, on GoAws (whose count includes the
+	// messages we hold), until the count matches what was read, for up to 150 s more: a
+	// receive whose response was lost hides its messages for the visibility timeout (120 s).
+	deadline := time.Now().Add(150 * time.Second)
+	for empty := 0; ; {
+		if empty >= 3 {
+			if !r.GoAws || time.Now().After(deadline) {
+				break
+			}
+			n, err := r.Count(ctx, r.Queue.DLQURL)
+			if err != nil {
+				return nil, nil, fmt.Errorf("reliability: count the DLQ: %w", err)
+			}
+			if n <= len(raw) {
+				break
+			}
+			if r.dlqMismatch == "" {
+				r.dlqMismatch = fmt.Sprintf("the DLQ's count said %d after %d were read and three receives came back empty", n, len(raw))
+				r.Env.logf("%s: %s", r.Name, r.dlqMismatch)
+			}
+			empty = 0
+		}
 		res, err := r.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(r.Queue.DLQURL),
-			MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 300,
+			MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 120,
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
 		if err != nil {
@@ -191,6 +212,9 @@ func (r *Run) readDLQ(ctx context.Context) ([]DLQMessage, []types.Message, error
 		empty = 0
 		for _, m := range res.Messages {
 			id := aws.ToString(m.MessageId)
+			if seen[id] {
+				r.dlqDupIDs++
+			}
 			if seen[id] {
 				continue
 			}

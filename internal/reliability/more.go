@@ -118,6 +118,7 @@ func runSQSOutage(ctx context.Context, e *Env, s Size) (*Report, error) {
 	pc := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
 		o.BaseEndpoint = aws.String(ppx.Endpoint())
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+		worker.PlainRequestBodies(o)
 	})
 	prod := &Producer{Run: r, Client: pc, Retries: 6, Timeout: 5 * time.Second}
 	var set workerSet

@@ -20,6 +20,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker"
 )
 
 // HandlerName is the inbox handler scope of the recording handler.
@@ -84,6 +85,9 @@ type Run struct {
 
 	procs   []*Proc
 	logFile *os.File
+	// What the DLQ read found odd (GoAws), for the report's notes.
+	dlqMismatch string
+	dlqDupIDs   int
 }
 
 // RunOptions says how [Env.NewRun] sets up a run.
@@ -110,7 +114,7 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 	}
 	r := &Run{Env: e, Name: name, Schema: "rel_" + randHex(5), DBURL: db.URL, Client: o.Client, Queue: o.Queue, Started: time.Now(), Size: o.Size}
 	if r.Client == nil {
-		r.Client = e.SQS.Client()
+		r.Client = plainClient{e.SQS.Client()}
 		r.GoAws = e.SQS.GoAws
 	}
 	dir := e.Dir
@@ -253,3 +257,45 @@ func randHex(n int) string {
 }
 
 func auditPath(dir, worker string) string { return filepath.Join(dir, "deletes-"+worker+".jsonl") }
+
+// plainClient passes worker.PlainRequestBodies on every call. Without it, the SDK can retry a
+// ReceiveMessage whose response arrived but whose connection net/http closed under the reader
+// (EMULATORS.md): the messages of the lost response stay invisible for the whole visibility
+// timeout, and a DLQ read misses them.
+type plainClient struct{ c *sqs.Client }
+
+func plain(optFns []func(*sqs.Options)) []func(*sqs.Options) {
+	return append(optFns[:len(optFns):len(optFns)], worker.PlainRequestBodies)
+}
+
+func (p plainClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	return p.c.ReceiveMessage(ctx, in, plain(optFns)...)
+}
+
+func (p plainClient) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	return p.c.DeleteMessage(ctx, in, plain(optFns)...)
+}
+
+func (p plainClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	return p.c.DeleteMessageBatch(ctx, in, plain(optFns)...)
+}
+
+func (p plainClient) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	return p.c.ChangeMessageVisibility(ctx, in, plain(optFns)...)
+}
+
+func (p plainClient) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	return p.c.ChangeMessageVisibilityBatch(ctx, in, plain(optFns)...)
+}
+
+func (p plainClient) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	return p.c.GetQueueAttributes(ctx, in, plain(optFns)...)
+}
+
+func (p plainClient) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
+	return p.c.GetQueueUrl(ctx, in, plain(optFns)...)
+}
+
+func (p plainClient) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	return p.c.SendMessageBatch(ctx, in, plain(optFns)...)
+}

@@ -88,6 +88,12 @@ func (r *Run) finish(ctx context.Context, prod *Producer, workers int, checks, n
 	rep.Scenario, rep.Workers, rep.Duration = r.Name, workers, time.Since(r.Started)
 	rep.Checks = append(rep.Checks, checks...)
 	rep.Notes = append(rep.Notes, notes...)
+	if r.dlqMismatch != "" {
+		rep.Notes = append(rep.Notes, r.dlqMismatch)
+	}
+	if r.dlqDupIDs > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d DLQ receives returned a MessageId already read", r.dlqDupIDs))
+	}
 	if d.Rounds > 1 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the drain needed %d rounds", d.Rounds))
 	}

@@ -140,6 +140,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 				o.BaseEndpoint = aws.String(cfg.SQSEndpoint)
 			}
 			o.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+			worker.PlainRequestBodies(o) // the worker passes it too; this covers the audit's own calls
 		})
 	}
 	if cfg.Wrap != nil {
