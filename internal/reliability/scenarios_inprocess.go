@@ -17,7 +17,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
-// startWorkers starts n in-process workers; stopAll stops those still running.
+// workerSet is a set of in-process workers; stopAll stops those still running.
 type workerSet struct{ ws []*Worker }
 
 func (s *workerSet) start(ctx context.Context, c WorkerConfig) (*Worker, error) {
