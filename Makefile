@@ -36,6 +36,13 @@ bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first
 bench-worker: ## Worker msgs/s at c=1/8/32/64 against GoAws and the fake, beside raw GoAws and inbox-only (same run), allocs/msg, memory at 1,000 in flight.
 	$(GO) run ./internal/cmd/workerbench -n 3000 -c 1,8,32,64 -repeat 2
 
+SOAK_MESSAGES ?= 50000
+SOAK_WORKERS  ?= 4
+
+.PHONY: soak
+soak: ## Every reliability scenario at SOAK_MESSAGES (50,000) messages with SOAK_WORKERS (4) workers, about 30 min; prints the checker's table (RELIABILITY.md).
+	$(GO) run ./internal/cmd/soak -messages $(SOAK_MESSAGES) -workers $(SOAK_WORKERS)
+
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## gofmt, go vet and the curated golangci-lint set (.golangci.yml).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
