@@ -19,12 +19,15 @@
 #   cli.tfrc                               the CLI config that points at the mirror
 #   logs/                                  build logs
 #
-# A cold build on a 2-core machine takes about 1 minute for OpenTofu and about 35 minutes for the
-# provider (it is built at the lowest CPU priority, one package at a time).
+# A cold build on a 2-core machine: OpenTofu about 1 minute on a quiet machine (15 minutes measured
+# beside the provider build and other work); the provider about 35 minutes on a quiet machine, and
+# 1 h 55 min measured here under load (81 CPU-minutes, the link peaking at 9.3 GB of memory; it is
+# built at the lowest CPU priority, one package at a time). Warm runs take about a minute.
 #
 # Environment:
-#   TF_BIN   the CLI to test with (default: the cached tofu). TF_BIN=terraform works too
-#            (Terraform >= 1.7 for mock_provider), with the same mirror.
+#   TF_BIN   the CLI to use (default: the cached tofu). TF_BIN=terraform runs fmt and validate
+#            with Terraform and the same mirror, and skips the tests: they assert values that
+#            OpenTofu's mocks compute during plan and Terraform's do not.
 set -euo pipefail
 
 readonly TOFU_VERSION=v1.10.10
@@ -34,7 +37,7 @@ readonly PROVIDER_MODULE=github.com/hashicorp/terraform-provider-aws
 readonly PROVIDER_PSEUDO=v1.60.1-0.20260602190131-5f2286d6d836
 # The version the mirror offers the provider under. The configurations ask for ">= 5.0".
 readonly PROVIDER_LABEL=6.0.0
-readonly COLD_MINUTES="about 35 minutes cold on 2 cores"
+readonly COLD_MINUTES="35 minutes to 2 hours cold on 2 cores, 10 GB of memory"
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/sqsinbox/tf
@@ -126,7 +129,9 @@ run_tests() {
 	# No real AWS: the tests use mock providers, and validate needs no credentials.
 	export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
 	unset AWS_PROFILE TF_PLUGIN_CACHE_DIR
-	log "using $("$tf" version | head -n1)"
+	local version
+	version=$("$tf" version | head -n1)
+	log "using $version"
 
 	log "fmt -check -recursive terraform/"
 	"$tf" fmt -check -recursive -diff "$repo/terraform" || die "terraform/ is not formatted: run terraform fmt -recursive terraform"
@@ -134,7 +139,8 @@ run_tests() {
 	# Work on a copy: init writes .terraform/ and a lock file next to the configuration, and the lock
 	# file would record the hash of a locally built provider.
 	work=$(mktemp -d "${TMPDIR:-/tmp}/sqsinbox-tf.XXXXXX")
-	trap 'rm -rf "$work"' EXIT
+	# shellcheck disable=SC2064 # expand now: work is local
+	trap "rm -rf '$work'" EXIT
 	rsync -a --exclude .terraform --exclude '.terraform.lock.hcl' --exclude '*.tfstate*' \
 		"$repo/terraform/" "$work/"
 
@@ -144,7 +150,13 @@ run_tests() {
 		(cd "$root" && "$tf" init -backend=false -input=false -no-color >init.log 2>&1) ||
 			{ cat "$root/init.log" >&2; die "init failed in ${root#"$work"/}"; }
 		(cd "$root" && "$tf" validate -no-color) || die "validate failed in ${root#"$work"/}"
-		if compgen -G "$root/tests/*.tftest.hcl" >/dev/null || compgen -G "$root/*.tftest.hcl" >/dev/null; then
+		if ! compgen -G "$root/tests/*.tftest.hcl" >/dev/null && ! compgen -G "$root/*.tftest.hcl" >/dev/null; then
+			continue
+		elif [[ $version == Terraform* ]]; then
+			# The tests assert computed values at plan time. OpenTofu's mocks compute them during
+			# plan; Terraform's only with override_during = plan, which OpenTofu rejects.
+			log "skipped the tests of ${root#"$work"/}: they are written for OpenTofu's mocks"
+		else
 			log "test ${root#"$work"/}"
 			(cd "$root" && "$tf" test -no-color) || die "tests failed in ${root#"$work"/}"
 		fi
@@ -159,7 +171,8 @@ apply_local() {
 	local endpoint=$1 tf=${TF_BIN:-$tofu_bin} work dir url rc=0
 	export TF_CLI_CONFIG_FILE=$cli_config TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
 	work=$(mktemp -d "${TMPDIR:-/tmp}/sqsinbox-tf-apply.XXXXXX")
-	trap 'rm -rf "$work"' EXIT
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" EXIT
 	rsync -a --exclude .terraform --exclude '.terraform.lock.hcl' --exclude '*.tfstate*' "$repo/terraform/" "$work/"
 	dir=$work/examples/localstack
 	local vars=(-var "endpoint=$endpoint" -var "create_alarms=${TF_APPLY_ALARMS:-true}")

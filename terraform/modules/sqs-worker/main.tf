@@ -56,7 +56,7 @@ resource "aws_sqs_queue" "this" {
 # messages back to it. A separate resource: the DLQ cannot name the queue's ARN in its own
 # arguments without a cycle.
 resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
-  queue_url = aws_sqs_queue.dlq.id
+  queue_url = aws_sqs_queue.dlq.url
 
   redrive_allow_policy = jsonencode({
     redrivePermission = "byQueue"

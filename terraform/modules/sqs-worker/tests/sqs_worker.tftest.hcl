@@ -207,7 +207,7 @@ run "alarms" {
     condition = (
       aws_cloudwatch_metric_alarm.oldest_message_age[0].namespace == "AWS/SQS" &&
       aws_cloudwatch_metric_alarm.oldest_message_age[0].metric_name == "ApproximateAgeOfOldestMessage" &&
-      aws_cloudwatch_metric_alarm.oldest_message_age[0].dimensions == { QueueName = "orders" } &&
+      aws_cloudwatch_metric_alarm.oldest_message_age[0].dimensions == tomap({ QueueName = "orders" }) &&
       aws_cloudwatch_metric_alarm.oldest_message_age[0].comparison_operator == "GreaterThanThreshold" &&
       aws_cloudwatch_metric_alarm.oldest_message_age[0].threshold == 900 &&
       aws_cloudwatch_metric_alarm.oldest_message_age[0].treat_missing_data == "notBreaching"
@@ -219,7 +219,7 @@ run "alarms" {
     condition = (
       aws_cloudwatch_metric_alarm.dlq_not_empty[0].namespace == "AWS/SQS" &&
       aws_cloudwatch_metric_alarm.dlq_not_empty[0].metric_name == "ApproximateNumberOfMessagesVisible" &&
-      aws_cloudwatch_metric_alarm.dlq_not_empty[0].dimensions == { QueueName = "orders-dlq" } &&
+      aws_cloudwatch_metric_alarm.dlq_not_empty[0].dimensions == tomap({ QueueName = "orders-dlq" }) &&
       aws_cloudwatch_metric_alarm.dlq_not_empty[0].comparison_operator == "GreaterThanThreshold" &&
       aws_cloudwatch_metric_alarm.dlq_not_empty[0].threshold == 0 &&
       aws_cloudwatch_metric_alarm.dlq_not_empty[0].treat_missing_data == "notBreaching"
