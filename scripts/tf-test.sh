@@ -122,6 +122,12 @@ write_mirror() {
 	mv "$cli_config.tmp" "$cli_config"
 }
 
+# copy_config copies terraform/ to DIR without what a local init or apply left there.
+copy_config() {
+	cp -R "$repo/terraform/." "$1/"
+	find "$1" \( -name .terraform -o -name .terraform.lock.hcl -o -name '*.tfstate*' \) -prune -exec rm -rf {} +
+}
+
 run_tests() {
 	local tf=${TF_BIN:-$tofu_bin} work root n_roots=0 start
 	start=$(date +%s)
@@ -141,8 +147,7 @@ run_tests() {
 	work=$(mktemp -d "${TMPDIR:-/tmp}/sqsinbox-tf.XXXXXX")
 	# shellcheck disable=SC2064 # expand now: work is local
 	trap "rm -rf '$work'" EXIT
-	rsync -a --exclude .terraform --exclude '.terraform.lock.hcl' --exclude '*.tfstate*' \
-		"$repo/terraform/" "$work/"
+	copy_config "$work"
 
 	while IFS= read -r root; do
 		n_roots=$((n_roots + 1))
@@ -173,7 +178,7 @@ apply_local() {
 	work=$(mktemp -d "${TMPDIR:-/tmp}/sqsinbox-tf-apply.XXXXXX")
 	# shellcheck disable=SC2064
 	trap "rm -rf '$work'" EXIT
-	rsync -a --exclude .terraform --exclude '.terraform.lock.hcl' --exclude '*.tfstate*' "$repo/terraform/" "$work/"
+	copy_config "$work"
 	dir=$work/examples/localstack
 	local vars=(-var "endpoint=$endpoint" -var "create_alarms=${TF_APPLY_ALARMS:-true}")
 	(cd "$dir" && "$tf" init -backend=false -input=false -no-color >init.log 2>&1) || { cat "$dir/init.log" >&2; die "init failed"; }
