@@ -17,8 +17,10 @@ demo: ## The OrderPaid story end to end: GoAws and a throwaway PostgreSQL starte
 	$(GO) run ./internal/cmd/demo
 
 .PHONY: test
-test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you).
+test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you), plus the localstack/ and terraform/ checks.
 	$(GO) vet ./...
+	scripts/localstack-check.sh
+	scripts/tf-test.sh --cached
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: bench
@@ -42,6 +44,14 @@ SOAK_WORKERS  ?= 4
 .PHONY: soak
 soak: ## Every reliability scenario at SOAK_MESSAGES (50,000) messages with SOAK_WORKERS (4) workers, about 30 min; prints the checker's table (RELIABILITY.md).
 	$(GO) run ./internal/cmd/soak -messages $(SOAK_MESSAGES) -workers $(SOAK_WORKERS)
+
+.PHONY: localstack-check
+localstack-check: ## Check localstack/ statically (compose file, init script, queues) and prove each rule can fail.
+	scripts/localstack-check.sh
+
+.PHONY: tf-test
+tf-test: ## Build OpenTofu and the AWS provider if missing (cached outside the repo; 35 min to 2 h cold, ~10 GB RAM), then fmt, validate and test terraform/.
+	scripts/tf-test.sh
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## gofmt, go vet and the curated golangci-lint set (.golangci.yml).

@@ -52,13 +52,24 @@ type Server struct {
 
 // Start returns a server with a fresh database named after prefix. The caller must call Close.
 func Start(ctx context.Context, prefix string) (*Server, error) {
+	return start(ctx, prefix, os.Getenv(EnvURL))
+}
+
+// StartOwned always starts a throwaway cluster, even when TEST_DATABASE_URL is set: fault tests
+// that stop, kill and restart PostgreSQL use it, so they never touch a shared server and still
+// run beside a suite pointed at one.
+func StartOwned(ctx context.Context, prefix string) (*Server, error) {
+	return start(ctx, prefix, "")
+}
+
+func start(ctx context.Context, prefix, envURL string) (*Server, error) {
 	var s Server
-	if u := os.Getenv(EnvURL); u != "" {
+	if u := envURL; u != "" {
 		s.AdminURL = u
 	} else {
 		c, err := startCluster(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("pgtest: %s is not set and a throwaway PostgreSQL could not be started: %w; "+
+			return nil, fmt.Errorf("pgtest: a throwaway PostgreSQL could not be started (and %s names no server for this test): %w; "+
 				"either install the PostgreSQL server binaries (initdb, pg_ctl) or %s", EnvURL, err, DockerHint)
 		}
 		s.cluster = c
