@@ -24,9 +24,15 @@ shellcheck=${SHELLCHECK:-shellcheck}
 
 # check DIR: exit status 0 if DIR passes every rule; otherwise the violations go to stderr.
 check() {
-	local dir=$1 tmp script rc=0
+	local dir=$1 tmp script rc=0 PY
 	[[ -f $dir/docker-compose.yml ]] || { echo "FAIL: $dir/docker-compose.yml is missing" >&2; return 1; }
-	python3 -c 'import yaml' 2>/dev/null || { echo "FAIL: python3 with PyYAML is needed (apt-get install python3-yaml)" >&2; return 1; }
+	# The first python3 with PyYAML: the one on PATH, else Debian's (where apt-get install
+	# python3-yaml puts it).
+	for PY in python3 /usr/bin/python3; do
+		"$PY" -c 'import yaml' 2>/dev/null && break
+		PY=
+	done
+	[ -n "$PY" ] || { echo "FAIL: python3 with PyYAML is needed (apt-get install python3-yaml)" >&2; return 1; }
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/localstack-check.XXXXXX")
 	# shellcheck disable=SC2064 # expand now: tmp is local
 	trap "rm -rf '$tmp'" RETURN
@@ -70,7 +76,7 @@ check() {
 	STUB
 	chmod +x "$tmp/bin/aws"
 
-	python3 - "$dir" "$tmp" <<-'PY' || rc=1
+	"$PY" - "$dir" "$tmp" <<-'PY' || rc=1
 		import json, os, re, stat, subprocess, sys
 		import yaml
 
