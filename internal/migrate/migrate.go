@@ -101,6 +101,16 @@ func New(pool *pgxpool.Pool, fsys fs.FS, dir, schema, versionTable string) (*Mig
 	return mg, nil
 }
 
+// Up loads the migrations in dir of fsys and applies the pending ones: [New] then
+// [Migrator.Up], for the examples' own schemas.
+func Up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, schema, versionTable string) ([]int, error) {
+	mg, err := New(pool, fsys, dir, schema, versionTable)
+	if err != nil {
+		return nil, err
+	}
+	return mg.Up(ctx)
+}
+
 // Latest returns the highest version known to the migrator.
 func (mg *Migrator) Latest() int { return len(mg.migrations) }
 

@@ -64,11 +64,7 @@ var migrations embed.FS
 // Migrate applies the loyalty migrations (their own version table, in schema loyalty) and
 // returns the versions applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
-	mg, err := migrate.New(pool, migrations, "migrations", Schema, "schema_migrations")
-	if err != nil {
-		return nil, err
-	}
-	return mg.Up(ctx)
+	return migrate.Up(ctx, pool, migrations, "migrations", Schema, "schema_migrations")
 }
 
 // Points returns the points of every customer that has an account.

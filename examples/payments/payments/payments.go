@@ -94,9 +94,5 @@ var migrations embed.FS
 // Migrate applies the payments migrations (their own version table, in schema payments) and
 // returns the versions applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
-	mg, err := migrate.New(pool, migrations, "migrations", Schema, "schema_migrations")
-	if err != nil {
-		return nil, err
-	}
-	return mg.Up(ctx)
+	return migrate.Up(ctx, pool, migrations, "migrations", Schema, "schema_migrations")
 }

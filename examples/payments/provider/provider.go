@@ -58,11 +58,7 @@ var migrations embed.FS
 
 // Migrate applies the provider's migrations (schema provider) and returns the versions applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
-	mg, err := migrate.New(pool, migrations, "migrations", Schema, "schema_migrations")
-	if err != nil {
-		return nil, err
-	}
-	return mg.Up(ctx)
+	return migrate.Up(ctx, pool, migrations, "migrations", Schema, "schema_migrations")
 }
 
 // Handler returns the provider's HTTP API on pool.

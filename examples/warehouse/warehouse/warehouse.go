@@ -85,11 +85,7 @@ var migrations embed.FS
 // Migrate applies the warehouse's migrations (its own version table, in schema warehouse) and
 // returns the versions applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
-	mg, err := migrate.New(pool, migrations, "migrations", Schema, "schema_migrations")
-	if err != nil {
-		return nil, err
-	}
-	return mg.Up(ctx)
+	return migrate.Up(ctx, pool, migrations, "migrations", Schema, "schema_migrations")
 }
 
 // PickTasks returns the number of pick tasks of each order in ids (0 for an order without any).
