@@ -190,13 +190,16 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 	procs := make([]*Proc, s.Workers)
 	for i := range cfgs {
 		cfgs[i] = r.WorkerConfig(fmt.Sprintf("w%d", i))
-		cfgs[i].JitterDelay = 50 * time.Millisecond
+		// Long enough that a worker with messages holds some in flight most of the time, so a
+		// kill lands in the middle of work even on a quiet machine.
+		cfgs[i].JitterDelay = 300 * time.Millisecond
 		if procs[i], err = r.StartProc(cfgs[i]); err != nil {
 			return nil, err
 		}
 	}
 	sent := sendAsync(ctx, prod, withResends(GoodEvents("kill", s.Messages)), s.Spread)
-	// Kill while the producer sends and until the queue is empty (at least 3 kills per worker).
+	// Kill while the producer sends and messages are in the queue, and after it, while messages
+	// remain, up to 3 kills per worker.
 	kills, gen := 0, 0
 	var sendErr error
 	producing := true
@@ -209,10 +212,12 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 			producing = false
 		default:
 		}
-		if !producing && kills >= 3*s.Workers {
-			if n, _ := r.Count(ctx, r.Queue.URL); n == 0 {
-				break // nothing left to kill in the middle of
-			}
+		n, _ := r.Count(ctx, r.Queue.URL)
+		if !producing && (n == 0 || kills >= 3*s.Workers) {
+			break // nothing left to kill in the middle of, or enough kills: the drain does the rest
+		}
+		if n == 0 {
+			continue // no message received or waiting: a kill now would hit no work
 		}
 		i := rand.IntN(len(procs))
 		procs[i].Kill()
