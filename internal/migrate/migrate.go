@@ -161,20 +161,32 @@ func (mg *Migrator) Current(ctx context.Context) (int, error) {
 	return v, nil
 }
 
+// begin takes the migrator's lock, makes sure the version table exists and reads the applied
+// versions: what Up and Down both start with. The caller must call release.
+func (mg *Migrator) begin(ctx context.Context) (*pgxpool.Conn, func(), map[int]time.Time, error) {
+	conn, release, err := mg.lock(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := mg.ensureTable(ctx, conn); err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	applied, err := mg.applied(ctx, conn)
+	if err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	return conn, release, applied, nil
+}
+
 // Up applies every pending migration, in order, and returns the versions it applied.
 func (mg *Migrator) Up(ctx context.Context) ([]int, error) {
-	conn, release, err := mg.lock(ctx)
+	conn, release, applied, err := mg.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if err := mg.ensureTable(ctx, conn); err != nil {
-		return nil, err
-	}
-	applied, err := mg.applied(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
 	var done []int
 	for _, m := range mg.migrations {
 		if _, ok := applied[m.Version]; ok {
@@ -198,18 +210,11 @@ func (mg *Migrator) Up(ctx context.Context) ([]int, error) {
 // Down reverts the last steps applied migrations (all of them when steps <= 0) and returns the
 // versions it reverted.
 func (mg *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
-	conn, release, err := mg.lock(ctx)
+	conn, release, applied, err := mg.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if err := mg.ensureTable(ctx, conn); err != nil {
-		return nil, err
-	}
-	applied, err := mg.applied(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
 	var done []int
 	for i := len(mg.migrations) - 1; i >= 0; i-- {
 		if steps > 0 && len(done) == steps {
