@@ -60,18 +60,30 @@ func (d *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// awsConfig loads the standard AWS configuration chain (AWS_REGION, AWS_PROFILE, the
+// credentials, AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE>) and requires a region.
+func awsConfig(ctx context.Context) (aws.Config, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		return aws.Config{}, fmt.Errorf("%w: no AWS region: set AWS_REGION (or a profile with a region)", errUsage)
+	}
+	return cfg, nil
+}
+
 // sqsClient builds an SQS client from the standard AWS configuration chain, including
 // AWS_ENDPOINT_URL_SQS, with the worker's request-body guard.
 func sqsClient(ctx context.Context) (*sqs.Client, error) {
-	cfg, err := config.LoadDefaultConfig(ctx)
+	cfg, err := awsConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("AWS configuration: %w", err)
+		return nil, err
 	}
-	if cfg.Region == "" {
-		return nil, fmt.Errorf("%w: no AWS region: set AWS_REGION (or a profile with a region)", errUsage)
-	}
-	return sqs.NewFromConfig(cfg, worker.PlainRequestBodies), nil
+	return newSQS(cfg), nil
 }
+
+func newSQS(cfg aws.Config) *sqs.Client { return sqs.NewFromConfig(cfg, worker.PlainRequestBodies) }
 
 // queueURL resolves a queue given by URL or by name.
 func queueURL(ctx context.Context, c *sqs.Client, q string) (string, error) {
@@ -115,6 +127,15 @@ func parseAge(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: %q is not a duration such as 14d or 336h", errUsage, s)
 	}
 	return v, nil
+}
+
+// durationText shows whole days as "14d" (the form --older-than takes) and anything else as Go
+// does.
+func durationText(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
 }
 
 // isTerminal reports whether w is a terminal, where progress is redrawn in place.

@@ -3,12 +3,14 @@
 //
 //	sqsinbox migrate up|down|status   apply, revert or list the inbox's migrations
 //	sqsinbox purge                    delete inbox rows older than the retention, once
-//	sqsinbox stats                    rows per handler; a queue's depth and its DLQ's
+//	sqsinbox stats                    rows per handler; a queue's depth and its DLQ's, and the
+//	                                  age of their oldest messages (from CloudWatch)
 //	sqsinbox send                     send JSON lines to a queue, with an event_id attribute
 //	sqsinbox redrive                  move messages from a DLQ back to their source queue
 //
 // Configuration comes from flags, with environment fallbacks: DATABASE_URL for PostgreSQL, and
-// the standard AWS chain (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS, ...) for SQS.
+// the standard AWS chain (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS,
+// AWS_ENDPOINT_URL_CLOUDWATCH, ...) for SQS and CloudWatch.
 package main
 
 import (
@@ -44,7 +46,7 @@ type command struct {
 var commands = []command{
 	{"migrate", "apply, revert or list the inbox's schema migrations", runMigrate},
 	{"purge", "delete inbox rows older than the retention, once", runPurge},
-	{"stats", "show inbox rows per handler, and a queue's depth and its DLQ's", runStats},
+	{"stats", "show inbox rows per handler, and a queue's depth, its DLQ's and their oldest ages", runStats},
 	{"send", "send JSON lines from a file or stdin to a queue", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
 }
@@ -92,7 +94,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun `sqsinbox <command> --help` for a command's flags and an example.")
-	fmt.Fprintln(w, "Environment: DATABASE_URL, and the standard AWS variables (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS, ...).")
+	fmt.Fprintln(w, "Environment: DATABASE_URL, and the standard AWS variables (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_CLOUDWATCH, ...).")
 }
 
 // oneLine keeps an error to one line: operators get a message, never a stack trace.

@@ -20,21 +20,38 @@ import (
 
 // The CLI's tests run the commands in-process against a real PostgreSQL (a throwaway cluster,
 // or TEST_DATABASE_URL) and a real SQS server (GoAws started by the harness, or
-// AWS_ENDPOINT_URL_SQS). Nothing is mocked.
+// AWS_ENDPOINT_URL_SQS). CloudWatch is the exception: no server for it is available here, so a
+// wire-level stand-in answers every call (see cloudWatch), and no test reaches the real one.
 var (
 	db  *pgtest.Server
 	srv *sqstest.Server
+	cw  *cloudWatch
 )
 
-func TestMain(m *testing.M) {
-	s, err := sqstest.Start(context.Background())
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+// testMain stops what it started before the process exits: a GoAws left running outlives the
+// test binary.
+func testMain(m *testing.M) int {
+	ctx := context.Background()
+	s, err := sqstest.Start(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	srv = s
 	defer srv.Close()
-	pgtest.Main(m, "cli", &db)
+	d, err := pgtest.Start(ctx, "cli")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	db = d
+	defer db.Close()
+	cw = startCloudWatch()
+	defer cw.Close()
+	_ = os.Setenv("AWS_ENDPOINT_URL_CLOUDWATCH", cw.URL)
+	return m.Run()
 }
 
 type result struct {

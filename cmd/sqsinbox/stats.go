@@ -18,11 +18,16 @@ func runStats(ctx context.Context, e env, args []string) error {
 	var db dbFlags
 	fs := newFlags(e, "stats", "stats [flags]",
 		"  sqsinbox stats                              # inbox rows per handler ($DATABASE_URL)\n"+
-			"  sqsinbox stats --queue warehouse            # and the queue's depth, in flight, and its DLQ's depth\n"+
-			"  sqsinbox stats --no-db --queue https://sqs.eu-west-1.amazonaws.com/123456789012/warehouse")
+			"  sqsinbox stats --queue warehouse            # and the queue's depth, in flight, its DLQ's, and the oldest ages\n"+
+			"  sqsinbox stats --no-db --no-age --queue https://sqs.eu-west-1.amazonaws.com/123456789012/warehouse\n\n"+
+			"The age of the oldest message is CloudWatch's ApproximateAgeOfOldestMessage (AWS/SQS, the\n"+
+			"maximum per minute, the newest in the last 15 minutes; AWS_ENDPOINT_URL_CLOUDWATCH overrides\n"+
+			"the endpoint). If CloudWatch gives no answer within 5 s, the table is shown anyway with the age\n"+
+			"unavailable and one line on stderr saying why. --no-age skips the call.")
 	db.register(fs)
 	queue := fs.String("queue", "", "a queue name or URL to report on")
 	noDB := fs.Bool("no-db", false, "report on the queue only")
+	noAge := fs.Bool("no-age", false, "do not ask CloudWatch for the age of the oldest message")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -41,7 +46,7 @@ func runStats(ctx context.Context, e env, args []string) error {
 		}
 	}
 	if *queue != "" {
-		return queueStats(ctx, e, *queue)
+		return queueStats(ctx, e, *queue, !*noAge)
 	}
 	return nil
 }
@@ -80,11 +85,15 @@ func inboxStats(ctx context.Context, e env, db *dbFlags) error {
 	return tw.Flush()
 }
 
-func queueStats(ctx context.Context, e env, q string) error {
-	c, err := sqsClient(ctx)
+// queueStats prints the queue's counts and its DLQ's and, when withAge is set, the age of each
+// one's oldest message from CloudWatch. A CloudWatch failure does not fail the command: the
+// counts are still right, so the age is shown as unavailable with one line saying why.
+func queueStats(ctx context.Context, e env, q string, withAge bool) error {
+	cfg, err := awsConfig(ctx)
 	if err != nil {
 		return err
 	}
+	c := newSQS(cfg)
 	url, err := queueURL(ctx, c, q)
 	if err != nil {
 		return err
@@ -93,15 +102,10 @@ func queueStats(ctx context.Context, e env, q string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "\nQUEUE\tVISIBLE\tIN FLIGHT\tDELAYED\tRETENTION\n")
-	row := func(name string, a map[string]string) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, a["ApproximateNumberOfMessages"],
-			a["ApproximateNumberOfMessagesNotVisible"], a["ApproximateNumberOfMessagesDelayed"],
-			secondsText(a["MessageRetentionPeriod"]))
-	}
-	row(lastPart(url), attrs)
-	if arn := dlqARN(attrs["RedrivePolicy"]); arn != "" {
+	names := []string{lastPart(url)}
+	all := []map[string]string{attrs}
+	arn := dlqARN(attrs["RedrivePolicy"])
+	if arn != "" {
 		dlqURL, err := urlFromARN(ctx, c, arn)
 		if err != nil {
 			return err
@@ -110,16 +114,51 @@ func queueStats(ctx context.Context, e env, q string) error {
 		if err != nil {
 			return err
 		}
-		row(lastPart(dlqURL)+" (DLQ)", da)
-	} else {
-		fmt.Fprintf(tw, "(no redrive policy: failing messages are retried until the retention ends, then lost)\t\t\t\t\n")
+		names = append(names, lastPart(dlqURL))
+		all = append(all, da)
+	}
+	var (
+		ages   []queueAge
+		ageErr error
+	)
+	if withAge {
+		ages, ageErr = oldestAges(ctx, cfg, names)
+		if ageErr != nil && ctx.Err() != nil {
+			return ageErr
+		}
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nQUEUE\tVISIBLE\tIN FLIGHT\tDELAYED\tRETENTION")
+	if withAge {
+		fmt.Fprintf(tw, "\tOLDEST AGE")
+	}
+	fmt.Fprintln(tw)
+	for i, a := range all {
+		name := names[i]
+		if i == 1 {
+			name += " (DLQ)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", name, a["ApproximateNumberOfMessages"],
+			a["ApproximateNumberOfMessagesNotVisible"], a["ApproximateNumberOfMessagesDelayed"],
+			secondsText(a["MessageRetentionPeriod"]))
+		switch {
+		case !withAge:
+		case ageErr != nil:
+			fmt.Fprintf(tw, "\tunavailable")
+		default:
+			fmt.Fprintf(tw, "\t%s", ages[i].text())
+		}
+		fmt.Fprintln(tw)
+	}
+	if arn == "" {
+		fmt.Fprintf(tw, "(no redrive policy: failing messages are retried until the retention ends, then lost)\n")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	// SQS reports the age of the oldest message only to CloudWatch; reading it here would need a
-	// receive, which counts against maxReceiveCount.
-	fmt.Fprintln(e.stdout, "age of the oldest message: see the CloudWatch metric ApproximateAgeOfOldestMessage (the terraform module alarms on it)")
+	if ageErr != nil {
+		fmt.Fprintf(e.stderr, "sqsinbox stats: oldest age unavailable: %s\n", ageUnavailable(ageErr))
+	}
 	return nil
 }
 
@@ -178,8 +217,5 @@ func secondsText(s string) string {
 	if err != nil {
 		return s
 	}
-	if d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("%dd", d/(24*time.Hour))
-	}
-	return d.String()
+	return durationText(d)
 }
