@@ -2,7 +2,7 @@
 // its state and a queue's, sends test events, and redrives a dead-letter queue.
 //
 //	sqsinbox migrate up|down|status   apply, revert or list the inbox's migrations
-//	sqsinbox purge                    delete inbox rows older than the retention, once
+//	sqsinbox purge                    delete inbox rows and idempotency keys past their ages, once
 //	sqsinbox stats                    rows per handler; a queue's depth and its DLQ's, and the
 //	                                  age of their oldest messages (from CloudWatch)
 //	sqsinbox send                     send JSON lines to a queue, with an event_id attribute
@@ -45,7 +45,7 @@ type command struct {
 
 var commands = []command{
 	{"migrate", "apply, revert or list the inbox's schema migrations", runMigrate},
-	{"purge", "delete inbox rows older than the retention, once", runPurge},
+	{"purge", "delete inbox rows and HTTP idempotency keys past their ages, once", runPurge},
 	{"stats", "show inbox rows per handler, and a queue's depth, its DLQ's and their oldest ages", runStats},
 	{"send", "send JSON lines from a file or stdin to a queue", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},

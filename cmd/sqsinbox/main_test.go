@@ -103,6 +103,7 @@ func TestErrorsAreOneClearLine(t *testing.T) {
 	}{
 		{"bad flag", []string{"purge", "--older-than", "soon", "--database-url", db.URL}, 2, `"soon" is not a duration`},
 		{"short purge", []string{"purge", "--older-than", "3d", "--database-url", db.URL}, 2, "under 7 days"},
+		{"short key purge", []string{"purge", "--keys-older-than", "12h", "--database-url", db.URL}, 2, "--keys-older-than 12h is under 24h"},
 		{"unknown flag", []string{"migrate", "--nope", "up"}, 2, "flag provided but not defined: -nope"},
 		{"no action", []string{"migrate", "--database-url", db.URL}, 2, "want exactly one of up, down or status"},
 		{"unreachable database", []string{"migrate", "--database-url", "postgres://u:secretpw@127.0.0.1:1/x?connect_timeout=2", "up"}, 1, "unreachable"},
