@@ -22,8 +22,8 @@ func runStats(ctx context.Context, e env, args []string) error {
 			"  sqsinbox stats --no-db --no-age --queue https://sqs.eu-west-1.amazonaws.com/123456789012/warehouse\n\n"+
 			"The age of the oldest message is CloudWatch's ApproximateAgeOfOldestMessage (AWS/SQS, the\n"+
 			"maximum per minute, the newest in the last 15 minutes; AWS_ENDPOINT_URL_CLOUDWATCH overrides\n"+
-			"the endpoint). If CloudWatch gives no answer within 5 s, the table is shown anyway with the age\n"+
-			"unavailable and one line on stderr saying why. --no-age skips the call.")
+			"the endpoint). If CloudWatch fails or gives no answer within 5 s, the table is shown anyway\n"+
+			"with the age unavailable and one line on stderr saying why. --no-age skips the call.")
 	db.register(fs)
 	queue := fs.String("queue", "", "a queue name or URL to report on")
 	noDB := fs.Bool("no-db", false, "report on the queue only")
