@@ -97,39 +97,131 @@ func KeyFromBody(body []byte) string {
 // non-empty string (or a number, taken as written), validated with [ValidateKey]. Errors are
 // *[KeyError] values that name the field.
 func KeyFromJSONField(body []byte, field string) (string, error) {
-	src := fmt.Sprintf("JSON field %q", field)
-	var obj map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil || obj == nil {
-		return "", &KeyError{What: "event key", Source: src, Len: len(body), Err: ErrBodyNotObject}
+	fail := func(n int, err error) error { // the source is formatted only on failure
+		return &KeyError{What: "event key", Source: fmt.Sprintf("JSON field %q", field), Len: n, Err: err}
 	}
-	raw, ok := obj[field]
-	if !ok {
-		return "", &KeyError{What: "event key", Source: src, Err: ErrKeyMissing}
+	// json.Valid checks the whole body without allocating; the scan below then walks only the
+	// top level, so a large body costs no map and no copies of the other fields.
+	raw, isObject, found := topLevelField(body, field)
+	if !isObject {
+		return "", fail(len(body), ErrBodyNotObject)
 	}
-	raw = bytes.TrimSpace(raw)
+	if !found {
+		return "", fail(0, ErrKeyMissing)
+	}
 	var key string
 	switch {
-	case len(raw) > 0 && raw[0] == '"':
-		if err := json.Unmarshal(raw, &key); err != nil {
-			return "", &KeyError{What: "event key", Source: src, Err: ErrKeyNotString}
-		}
+	case raw[0] == '"':
 		// encoding/json replaces invalid UTF-8 with U+FFFD; a key must not be altered.
 		if !utf8.Valid(raw) {
-			return "", &KeyError{What: "event key", Source: src, Len: len(raw), Err: ErrKeyInvalidUTF8}
+			return "", fail(len(raw), ErrKeyInvalidUTF8)
 		}
-	case len(raw) > 0 && (raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')):
+		if bytes.IndexByte(raw, '\\') < 0 {
+			key = string(raw[1 : len(raw)-1])
+		} else if err := json.Unmarshal(raw, &key); err != nil {
+			return "", fail(0, ErrKeyNotString)
+		}
+	case raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'):
 		key = string(raw)
 	default:
-		return "", &KeyError{What: "event key", Source: src, Err: ErrKeyNotString}
+		return "", fail(0, ErrKeyNotString)
 	}
 	if err := ValidateKey(key); err != nil {
 		var ke *KeyError
 		if errors.As(err, &ke) {
-			ke.Source = src
+			ke.Source = fmt.Sprintf("JSON field %q", field)
 		}
 		return "", err
 	}
 	return key, nil
+}
+
+// topLevelField finds field among the top-level members of the JSON object body and returns its
+// value's raw bytes. When the field repeats, the last one wins, as with encoding/json. isObject
+// is false when body is not one valid JSON object (data after the object included).
+func topLevelField(body []byte, field string) (raw []byte, isObject, found bool) {
+	if !json.Valid(body) {
+		return nil, false, false
+	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return nil, false, false
+	}
+	i++
+	for {
+		i = skipSpace(body, i)
+		switch body[i] {
+		case '}':
+			return raw, true, found
+		case ',':
+			i = skipSpace(body, i+1)
+		}
+		kEnd := stringEnd(body, i)
+		name := body[i:kEnd]
+		i = skipSpace(body, skipSpace(body, kEnd)+1) // past the colon
+		vEnd := valueEnd(body, i)
+		if memberNameIs(name, field) {
+			raw, found = body[i:vEnd], true
+		}
+		i = vEnd
+	}
+}
+
+// The scanners below run only on input json.Valid accepted, so they need no bounds checks of
+// their own beyond the slice's.
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string that starts at b[i] == '"'.
+func stringEnd(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// valueEnd returns the index just past the value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for ; i < len(b); i++ { // a number, true, false or null
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return i
+}
+
+// memberNameIs reports whether the quoted member name equals field once unescaped.
+func memberNameIs(quoted []byte, field string) bool {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == field
+	}
+	var name string
+	return json.Unmarshal(quoted, &name) == nil && name == field
 }

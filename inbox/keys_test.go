@@ -1,7 +1,10 @@
 package inbox_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -33,6 +36,12 @@ var keyFieldCases = []struct {
 	{"empty body", ``, "", inbox.ErrBodyNotObject},
 	{"null body", `null`, "", inbox.ErrBodyNotObject},
 	{"truncated", `{"id":"abc`, "", inbox.ErrBodyNotObject},
+	{"data after the object", `{"id":"a"} {"id":"b"}`, "", inbox.ErrBodyNotObject},
+	{"repeated field: the last wins", `{"id":"a","id":"b"}`, "b", nil},
+	{"escaped member name", `{"\u0069d":"evt_1"}`, "evt_1", nil},
+	{"id after nested values", `{"a":{"id":"x","b":[1,{"c":"}"}]},"s":"\"id\":","id":"evt_2"}`, "evt_2", nil},
+	{"whitespace everywhere", " \n{ \"x\" : [ ] ,\t\"id\"\r\n:\n 7 } \n", "7", nil},
+	{"number last", `{"id":42}`, "42", nil},
 }
 
 func TestKeyFromJSONField(t *testing.T) {
@@ -100,6 +109,100 @@ func FuzzKeyFromJSONField(f *testing.F) {
 			t.Fatalf("returned key %q fails ValidateKey: %v", key, err)
 		}
 	})
+}
+
+// keyFromJSONFieldByDecoding is the straightforward reading of a top-level field, through
+// encoding/json and a map, that KeyFromJSONField must agree with on every valid JSON body.
+func keyFromJSONFieldByDecoding(body []byte, field string) (string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+		return "", inbox.ErrBodyNotObject
+	}
+	raw, ok := obj[field]
+	if !ok {
+		return "", inbox.ErrKeyMissing
+	}
+	var key string
+	switch {
+	case raw[0] == '"':
+		if !utf8.Valid(raw) {
+			return "", inbox.ErrKeyInvalidUTF8
+		}
+		if err := json.Unmarshal(raw, &key); err != nil {
+			return "", inbox.ErrKeyNotString
+		}
+	case raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'):
+		key = string(raw)
+	default:
+		return "", inbox.ErrKeyNotString
+	}
+	if err := inbox.ValidateKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// FuzzKeyFromJSONFieldMatchesDecoding checks the top-level scanner against encoding/json.
+func FuzzKeyFromJSONFieldMatchesDecoding(f *testing.F) {
+	for _, tc := range keyFieldCases {
+		f.Add([]byte(tc.body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := inbox.KeyFromJSONField(body, "id")
+		want, wantErr := keyFromJSONFieldByDecoding(body, "id")
+		if !json.Valid(body) {
+			if !errors.Is(err, inbox.ErrBodyNotObject) {
+				t.Fatalf("invalid JSON %q: err = %v, want ErrBodyNotObject", body, err)
+			}
+			return
+		}
+		if got != want || (err == nil) != (wantErr == nil) {
+			t.Fatalf("%q: got %q, %v; decoding gives %q, %v", body, got, err, want, wantErr)
+		}
+		if wantErr == nil {
+			return
+		}
+		sentinel := wantErr // a sentinel, or a *KeyError from ValidateKey that wraps one
+		if u := errors.Unwrap(wantErr); u != nil {
+			sentinel = u
+		}
+		var ke *inbox.KeyError
+		if !errors.As(err, &ke) || !errors.Is(err, sentinel) {
+			t.Fatalf("%q: err = %v, decoding gives %v", body, err, wantErr)
+		}
+	})
+}
+
+func BenchmarkKeyFromJSONField(b *testing.B) {
+	small := []byte(`{"id":"evt_9f3k","order_id":"ord_7731","amount":4200,"currency":"EUR"}`)
+	var large bytes.Buffer
+	large.WriteString(`{"items":[`)
+	for i := range 2000 {
+		if i > 0 {
+			large.WriteByte(',')
+		}
+		fmt.Fprintf(&large, `{"sku":"sku-%d","qty":%d,"note":"a \"quoted\" note"}`, i, i%7)
+	}
+	large.WriteString(`],"id":"evt_9f3k"}`)
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{{"small", small}, {"large", large.Bytes()}} {
+		for _, impl := range []struct {
+			name string
+			fn   func([]byte, string) (string, error)
+		}{{"scan", inbox.KeyFromJSONField}, {"decode-reference", keyFromJSONFieldByDecoding}} {
+			b.Run(bc.name+"/"+impl.name, func(b *testing.B) {
+				b.SetBytes(int64(len(bc.body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := impl.fn(bc.body, "id"); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
 
 func FuzzValidateKey(f *testing.F) {
