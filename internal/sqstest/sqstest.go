@@ -296,6 +296,7 @@ func tryGoAws(ctx context.Context, bin string, port int) (*Server, error) {
 	s := &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), GoAws: true, dir: dir,
 		exited: make(chan struct{}), stderr: new(bytes.Buffer)}
 	s.cmd = exec.Command(bin, "-config", cfgPath, "-loglevel", "warn", "Test")
+	s.cmd.SysProcAttr = procAttr()
 	s.cmd.Dir = dir
 	s.cmd.Stdout = s.stderr
 	s.cmd.Stderr = s.stderr
