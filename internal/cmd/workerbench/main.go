@@ -47,6 +47,8 @@ func main() {
 	inflight := flag.Int("inflight", 1000, "messages in flight for the memory measurement (0 skips it)")
 	repeat := flag.Int("repeat", 1, "measure each cell this many times, interleaved, and keep each column's best (the machine is noisy)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.IntVar(&pollers, "pollers", 0, "worker.Config.Pollers (0: the default)")
+	only := flag.String("only", "", "measure only these columns, comma-separated, for profiling: raw, inbox, goaws, fake, memory (ratios need all)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -58,13 +60,15 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*n, *cs, *inflight, max(*repeat, 1)); err != nil {
+	if err := run(*n, *cs, *inflight, max(*repeat, 1), columns(*only)); err != nil {
 		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
 }
 
 const schema = "bench"
+
+var pollers int
 
 type bench struct {
 	pool *pgxpool.Pool
@@ -75,7 +79,19 @@ type bench struct {
 	log  *slog.Logger
 }
 
-func run(n int, csFlag string, inflight, repeat int) error {
+// columns returns the set of columns -only names; empty means all.
+func columns(only string) func(string) bool {
+	if only == "" {
+		return func(string) bool { return true }
+	}
+	set := map[string]bool{}
+	for _, c := range strings.Split(only, ",") {
+		set[strings.TrimSpace(c)] = true
+	}
+	return func(c string) bool { return set[c] }
+}
+
+func run(n int, csFlag string, inflight, repeat int, want func(string) bool) error {
 	ctx := context.Background()
 	srv, err := sqstest.Start(ctx)
 	if err != nil {
@@ -113,38 +129,64 @@ func run(n int, csFlag string, inflight, repeat int) error {
 	fmt.Printf("server: %s (GoAws %v)\n\n", srv.Endpoint, srv.GoAws)
 	fmt.Println("| conc | raw GoAws recv+del | inbox only | worker+GoAws | ratio to min | ratio to shared-CPU bound | worker+fake | ratio to inbox | allocs/msg (fake) | allocs/msg (GoAws) |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var slots []string
 	for _, s := range strings.Split(csFlag, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || c < 1 {
 			return fmt.Errorf("bad concurrency %q", s)
 		}
-		var raw, only, wg, wf, allocsG, allocsF float64
+		var raw, only float64
+		var wg, wf workerRun // the best of the repeats, by rate
 		for range repeat {
-			r, err := b.rawSQS(ctx, n, c)
-			if err != nil {
-				return err
+			var r, o float64
+			var g, f workerRun
+			var err error
+			if want("raw") {
+				if r, err = b.rawSQS(ctx, n, c); err != nil {
+					return err
+				}
 			}
-			o, err := b.inboxOnly(ctx, n, c)
-			if err != nil {
-				return err
+			if want("inbox") {
+				if o, err = b.inboxOnly(ctx, n, c); err != nil {
+					return err
+				}
 			}
-			g, ag, err := b.workerGoAws(ctx, n, c)
-			if err != nil {
-				return err
+			if want("goaws") {
+				if g, err = b.workerGoAws(ctx, n, c); err != nil {
+					return err
+				}
 			}
-			f, af, err := b.workerFake(ctx, n, c)
-			if err != nil {
-				return err
+			if want("fake") {
+				if f, err = b.workerFake(ctx, n, c); err != nil {
+					return err
+				}
 			}
-			raw, only, wg, wf, allocsG, allocsF = max(raw, r), max(only, o), max(wg, g), max(wf, f), ag, af
+			raw, only = max(raw, r), max(only, o)
+			if g.rate > wg.rate {
+				wg = g
+			}
+			if f.rate > wf.rate {
+				wf = f
+			}
 		}
 		// GoAws, PostgreSQL and the worker share the CPUs: end to end, each message costs the CPU of
 		// both limits, so 1/(1/raw + 1/inbox) bounds the rate when the machine is CPU-bound.
 		shared := 1 / (1/raw + 1/only)
 		fmt.Printf("| %d | %.0f/s | %.0f/s | %.0f/s | %.2f | %.2f | %.0f/s | %.2f | %.0f | %.0f |\n",
-			c, raw, only, wg, wg/min(raw, only), wg/shared, wf, wf/only, allocsF, allocsG)
+			c, raw, only, wg.rate, wg.rate/min(raw, only), wg.rate/shared, wf.rate, wf.rate/only, wf.allocs, wg.allocs)
+		slots = append(slots, fmt.Sprintf("| %d | %v | %v | %.2f | %v | %v | %.2f |", c,
+			wg.handler.Round(time.Microsecond), wg.receive.Round(time.Microsecond), wg.slotUse,
+			wf.handler.Round(time.Microsecond), wf.receive.Round(time.Microsecond), wf.slotUse))
 	}
-	if inflight > 0 {
+	// Without prefetch (a receive asks only for slots free now), a slot waits out one receive
+	// call between two handlers: slot use is about handler / (handler + receive + gathering).
+	fmt.Println("\nwhere the slots' time goes (the best run of each cell): mean handler (inbox transaction), mean ReceiveMessage call that returned messages, and the share of the Concurrency slots running a handler")
+	fmt.Println("\n| conc | handler (GoAws) | receive call (GoAws) | slot use (GoAws) | handler (fake) | receive call (fake) | slot use (fake) |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
+	for _, l := range slots {
+		fmt.Println(l)
+	}
+	if inflight > 0 && want("memory") {
 		bytes, gor, err := memoryInFlight(ctx, inflight)
 		if err != nil {
 			return err
@@ -266,7 +308,16 @@ func (b *bench) inboxOnly(ctx context.Context, n, c int) (float64, error) {
 	return float64(n) / time.Since(start).Seconds(), nil
 }
 
-type counts struct{ deleted, failed atomic.Int64 }
+// workerRun is what one worker measurement found.
+type workerRun struct {
+	rate    float64       // messages per second
+	allocs  float64       // allocations per message
+	handler time.Duration // mean handler time (the inbox transaction)
+	receive time.Duration // mean time of a ReceiveMessage call that returned messages
+	slotUse float64       // mean share of the Concurrency slots running a handler
+}
+
+type counts struct{ deleted, failed, handlerSum, handlerN atomic.Int64 }
 
 func (c *counts) Add(k worker.Counter, n int) {
 	switch k {
@@ -276,61 +327,88 @@ func (c *counts) Add(k worker.Counter, n int) {
 		c.failed.Add(int64(n))
 	}
 }
-func (c *counts) Observe(worker.Histogram, time.Duration) {}
-func (c *counts) SetInFlight(int)                         {}
+func (c *counts) Observe(h worker.Histogram, d time.Duration) {
+	if h == worker.HandlerDuration {
+		c.handlerSum.Add(int64(d))
+		c.handlerN.Add(1)
+	}
+}
+func (c *counts) SetInFlight(int) {}
 
-// runWorker drains n messages from url with a worker at concurrency c and returns the rate and
-// the allocations per message.
-func (b *bench) runWorker(ctx context.Context, client worker.SQSClient, url string, n, c int) (float64, float64, error) {
+// timedClient times the ReceiveMessage calls that return messages.
+type timedClient struct {
+	worker.SQSClient
+	sum, n atomic.Int64
+}
+
+func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	start := time.Now()
+	out, err := t.SQSClient.ReceiveMessage(ctx, in, optFns...)
+	if err == nil && len(out.Messages) > 0 {
+		t.sum.Add(int64(time.Since(start)))
+		t.n.Add(1)
+	}
+	return out, err
+}
+
+// runWorker drains n messages from url with a worker at concurrency c.
+func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url string, n, c int) (workerRun, error) {
+	var res workerRun
+	client := &timedClient{SQSClient: sqsClient}
 	h, err := inboxhandler.New(b.ib, fmt.Sprintf("worker-%d", b.nextRun()), nil,
 		func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 			key, _, _ := inbox.EventKey(ctx)
 			return b.effect(ctx, tx, key)
 		})
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	met := &counts{}
-	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: c, WaitTime: time.Second,
+	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: c, WaitTime: time.Second, Pollers: pollers,
 		Handler: h, Metrics: met, Logger: b.log})
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	start := time.Now()
 	if err := w.Start(ctx); err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for met.deleted.Load() < int64(n) {
 		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("worker drained only %d of %d messages in 5 minutes (%d failures)", met.deleted.Load(), n, met.failed.Load())
+			return res, fmt.Errorf("worker drained only %d of %d messages in 5 minutes (%d failures)", met.deleted.Load(), n, met.failed.Load())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	el := time.Since(start)
 	runtime.ReadMemStats(&m1)
 	if err := w.Stop(ctx); err != nil {
-		return 0, 0, err
+		return res, err
 	}
-	return float64(n) / el.Seconds(), float64(m1.Mallocs-m0.Mallocs) / float64(n), nil
+	res.rate = float64(n) / el.Seconds()
+	res.allocs = float64(m1.Mallocs-m0.Mallocs) / float64(n)
+	res.handler = time.Duration(met.handlerSum.Load() / max(met.handlerN.Load(), 1))
+	res.receive = time.Duration(client.sum.Load() / max(client.n.Load(), 1))
+	res.slotUse = res.rate * res.handler.Seconds() / float64(c)
+	return res, nil
 }
 
-func (b *bench) workerGoAws(ctx context.Context, n, c int) (float64, float64, error) {
+func (b *bench) workerGoAws(ctx context.Context, n, c int) (workerRun, error) {
 	url, err := b.queue(ctx, n)
 	if err != nil {
-		return 0, 0, err
+		return workerRun{}, err
 	}
 	return b.runWorker(ctx, b.sqs, url, n, c)
 }
 
-func (b *bench) workerFake(ctx context.Context, n, c int) (float64, float64, error) {
+func (b *bench) workerFake(ctx context.Context, n, c int) (workerRun, error) {
 	f := sqsfake.New()
 	url := f.CreateQueue(sqsfake.QueueOptions{Name: "bench"})
 	if err := sqstest.Send(ctx, f, url, b.messages(n)); err != nil {
-		return 0, 0, err
+		return workerRun{}, err
 	}
 	return b.runWorker(ctx, f, url, n, c)
 }
