@@ -108,6 +108,7 @@ func (s *Server) Close() {
 	defer s.mu.Unlock()
 	if s.cluster != nil {
 		_ = s.cluster.stop("immediate")
+		s.cluster.stopWatchdog()
 		_ = os.RemoveAll(s.cluster.dir)
 		return
 	}
@@ -162,10 +163,38 @@ func (s *Server) Port() int {
 }
 
 type cluster struct {
-	bin  string
-	dir  string // owned by the cluster's user
-	port int
-	cred *syscall.Credential
+	bin      string
+	dir      string // owned by the cluster's user
+	port     int
+	cred     *syscall.Credential
+	watchdog *exec.Cmd
+}
+
+// watchdogScript waits; on SIGTERM (sent by the kernel when the process that started it dies:
+// a test binary killed by a timeout or a signal never runs its Close) it stops the cluster and
+// removes its directory. $0 is pg_ctl, $1 the data directory, $2 the cluster's directory.
+const watchdogScript = `trap 'kill $s 2>/dev/null; "$0" -D "$1" -m immediate -w stop >/dev/null 2>&1; rm -rf "$2"; exit 0' TERM
+while :; do sleep 3600 & s=$!; wait $s; done`
+
+// startWatchdog starts the cluster's watchdog. Without one (no sh), a killed test binary leaves
+// the cluster running, as it would anyway.
+func (c *cluster) startWatchdog() {
+	cmd := exec.Command("sh", "-c", watchdogScript, filepath.Join(c.bin, "pg_ctl"), c.data(), c.dir)
+	cmd.Dir = c.dir
+	cmd.SysProcAttr = watchdogAttr(c.cred)
+	if cmd.Start() == nil {
+		c.watchdog = cmd
+	}
+}
+
+// stopWatchdog kills the watchdog and its sleep without running its trap.
+func (c *cluster) stopWatchdog() {
+	if c.watchdog == nil {
+		return
+	}
+	_ = syscall.Kill(-c.watchdog.Process.Pid, syscall.SIGKILL) // its process group
+	_ = c.watchdog.Wait()
+	c.watchdog = nil
 }
 
 func (c *cluster) url(db string) string {
@@ -227,6 +256,7 @@ func startCluster(ctx context.Context) (*cluster, error) {
 			break
 		}
 		if err = c.start(); err == nil {
+			c.startWatchdog()
 			return c, nil
 		}
 	}
