@@ -94,8 +94,9 @@ func KeyFromBody(body []byte) string {
 }
 
 // KeyFromJSONField returns the top-level field of the JSON object body, which must be a
-// non-empty string (or a number, taken as written), validated with [ValidateKey]. Errors are
-// *[KeyError] values that name the field.
+// non-empty string (or a number, taken as written), validated with [ValidateKey]. The body must
+// be exactly one valid JSON object (whitespace around it is fine); when the field appears twice,
+// the last one counts, as with encoding/json. Errors are *[KeyError] values that name the field.
 func KeyFromJSONField(body []byte, field string) (string, error) {
 	fail := func(n int, err error) error { // the source is formatted only on failure
 		return &KeyError{What: "event key", Source: fmt.Sprintf("JSON field %q", field), Len: n, Err: err}
