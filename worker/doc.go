@@ -24,7 +24,10 @@
 // While a handler runs, a heartbeat extends its message's visibility every third of the
 // visibility timeout, never past SQS's 12-hour cap counted from the first receive. When it
 // cannot, the handler's context is cancelled with the cause [ErrLeaseLost], so that its work
-// rolls back instead of committing for a message someone else may hold.
+// rolls back instead of committing for a message someone else may hold. A failed extension is
+// retried with exponential backoff and jitter, from one second up to the heartbeat interval,
+// with a last try before the lease's final two seconds; the first failure in a row is logged as
+// a warning and the others at debug level.
 //
 // # FIFO queues
 //

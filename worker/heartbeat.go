@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 
 // heartbeat extends a running message's visibility every third of the visibility timeout. When
 // it cannot (the receipt handle is gone, or the 12-hour cap is near), it cancels the handler
-// with [ErrLeaseLost].
+// with [ErrLeaseLost]. A failed extension is retried with exponential backoff and jitter from
+// heartbeatRetry up to the interval, always leaving a last try before the lease ends; the first
+// failure of a run is logged as a warning, the rest at debug level.
 type heartbeat struct {
 	w      *Worker
 	m      *Message
@@ -24,6 +27,7 @@ type heartbeat struct {
 	running    sync.WaitGroup
 	leaseUntil time.Time
 	interval   time.Duration
+	fails      int // failed extensions since the last success
 }
 
 // heartbeatRetry is the delay before a failed extension is tried again.
@@ -84,6 +88,10 @@ func (h *heartbeat) beat() {
 	switch {
 	case err == nil:
 		w.metrics.Add(Heartbeats, 1)
+		if h.fails > 0 {
+			w.log.Info("worker: heartbeat recovered", "message_id", h.m.ID, "failed_attempts", h.fails)
+			h.fails = 0
+		}
 		h.leaseUntil = now.Add(time.Duration(secs) * time.Second)
 		h.timer.Reset(h.interval)
 	case isGone(err) || errorCode(err) == "InvalidParameterValue":
@@ -91,7 +99,15 @@ func (h *heartbeat) beat() {
 	case time.Until(h.leaseUntil) <= 2*heartbeatRetry:
 		h.cancel(fmt.Errorf("%w: the visibility could not be extended in time: %w", ErrLeaseLost, err))
 	default:
-		w.log.Warn("worker: heartbeat failed; retrying", "message_id", h.m.ID, "error", err)
-		h.timer.Reset(heartbeatRetry)
+		h.fails++
+		// Back off, but try once more before the lease is down to its last 2 s.
+		d := min(jitter(expo(heartbeatRetry, h.interval, h.fails)), time.Until(h.leaseUntil)-2*heartbeatRetry)
+		level := slog.LevelDebug
+		if h.fails == 1 {
+			level = slog.LevelWarn
+		}
+		w.log.Log(context.Background(), level, "worker: heartbeat failed; retrying", "message_id", h.m.ID,
+			"attempt", h.fails, "retry_in", d.Round(time.Millisecond), "lease_left", time.Until(h.leaseUntil).Round(time.Second), "error", err)
+		h.timer.Reset(d)
 	}
 }

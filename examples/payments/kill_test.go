@@ -116,14 +116,14 @@ func TestSIGKILLAfterCharge(t *testing.T) {
 // proc is a running example binary.
 type proc struct {
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *sqstest.Buffer
 	done    chan struct{}
 	waitErr error
 }
 
 func start(t *testing.T, bin string, env []string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(bin), out: &sqstest.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -172,21 +172,4 @@ func (p *proc) term(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("the binary did not exit within 30 s of SIGTERM")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,10 +1,12 @@
 package sqstest
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -39,3 +41,23 @@ func (h *tlogHandler) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h *tlogHandler) WithGroup(string) slog.Handler { return h }
+
+// Buffer is a bytes buffer that one goroutine may read while others write to it: the output of
+// a child process, or of a logger under test.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
