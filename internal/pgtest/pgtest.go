@@ -152,6 +152,23 @@ func (s *Server) StartAgain() error {
 	return s.cluster.start()
 }
 
+// PostmasterPid returns the process id of the throwaway cluster's postmaster, or 0 when the
+// server is not ours or not running.
+func (s *Server) PostmasterPid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cluster == nil {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(s.cluster.data(), "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
 // Port returns the TCP port of the server.
 func (s *Server) Port() int {
 	u, err := url.Parse(s.URL)

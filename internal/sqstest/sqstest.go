@@ -146,6 +146,15 @@ func (s *Server) NewClient(ctx context.Context, optFns ...func(*sqs.Options)) (*
 // Client returns the harness's own client.
 func (s *Server) Client() *sqs.Client { return s.client }
 
+// Pid returns the process id of the GoAws the harness started, or 0 for a server it did not
+// start.
+func (s *Server) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Close stops the server if the harness started it. On a server it did not start (LocalStack,
 // real SQS) it deletes the queues it created instead; by then no test sends traffic.
 func (s *Server) Close() {

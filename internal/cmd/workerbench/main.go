@@ -71,6 +71,7 @@ const schema = "bench"
 var pollers int
 
 type bench struct {
+	cpu  cpuMeter
 	pool *pgxpool.Pool
 	ib   *inbox.Inbox
 	srv  *sqstest.Server
@@ -123,13 +124,14 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 	if err != nil {
 		return err
 	}
-	b := &bench{pool: pool, ib: ib, srv: srv, sqs: srv.Client(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	b := &bench{pool: pool, ib: ib, srv: srv, sqs: srv.Client(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cpu: cpuMeter{goaws: srv.Pid(), postmaster: db.PostmasterPid()}}
 
 	fmt.Printf("workerbench: %d messages per cell, best of %d, GOMAXPROCS %d, %s\n", n, repeat, runtime.GOMAXPROCS(0), loadavg())
 	fmt.Printf("server: %s (GoAws %v)\n\n", srv.Endpoint, srv.GoAws)
 	fmt.Println("| conc | raw GoAws recv+del | inbox only | worker+GoAws | ratio to min | ratio to shared-CPU bound | worker+fake | ratio to inbox | allocs/msg (fake) | allocs/msg (GoAws) |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var slots []string
+	var slots, cpus []string
 	for _, s := range strings.Split(csFlag, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || c < 1 {
@@ -174,6 +176,12 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 		shared := 1 / (1/raw + 1/only)
 		fmt.Printf("| %d | %.0f/s | %.0f/s | %.0f/s | %.2f | %.2f | %.0f/s | %.2f | %.0f | %.0f |\n",
 			c, raw, only, wg.rate, wg.rate/min(raw, only), wg.rate/shared, wf.rate, wf.rate/only, wf.allocs, wg.allocs)
+		total := wg.cpu.self + wg.cpu.goaws + wg.cpu.postgres
+		bound := float64(runtime.NumCPU()) / total.Seconds()
+		cpus = append(cpus, fmt.Sprintf("| %d | %v | %v | %v | %v | %.0f/s | %.2f | %v | %v |", c,
+			wg.cpu.self.Round(time.Microsecond), wg.cpu.goaws.Round(time.Microsecond), wg.cpu.postgres.Round(time.Microsecond),
+			total.Round(time.Microsecond), bound, wg.rate/bound,
+			wf.cpu.self.Round(time.Microsecond), wf.cpu.postgres.Round(time.Microsecond)))
 		slots = append(slots, fmt.Sprintf("| %d | %v | %v | %.2f | %v | %v | %.2f |", c,
 			wg.handler.Round(time.Microsecond), wg.receive.Round(time.Microsecond), wg.slotUse,
 			wf.handler.Round(time.Microsecond), wf.receive.Round(time.Microsecond), wf.slotUse))
@@ -184,6 +192,15 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 	fmt.Println("\n| conc | handler (GoAws) | receive call (GoAws) | slot use (GoAws) | handler (fake) | receive call (fake) | slot use (fake) |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range slots {
+		fmt.Println(l)
+	}
+	// With the CPU each message costs the three processes, the machine's cores bound the rate;
+	// a share well under 1 means the run waited on latency, not on CPU.
+	fmt.Printf("\nCPU per message in the worker runs (from /proc, %d ms resolution), and the rate the machine's %d cores would allow at that cost\n",
+		clockTick/time.Millisecond, runtime.NumCPU())
+	fmt.Println("\n| conc | worker process (GoAws) | GoAws | PostgreSQL (GoAws) | total (GoAws) | CPU bound (GoAws) | worker+GoAws / CPU bound | worker process (fake) | PostgreSQL (fake) |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, l := range cpus {
 		fmt.Println(l)
 	}
 	if inflight > 0 && want("memory") {
@@ -315,6 +332,7 @@ type workerRun struct {
 	handler time.Duration // mean handler time (the inbox transaction)
 	receive time.Duration // mean time of a ReceiveMessage call that returned messages
 	slotUse float64       // mean share of the Concurrency slots running a handler
+	cpu     cpuTimes      // CPU time per message of the worker's process, GoAws and PostgreSQL
 }
 
 type counts struct{ deleted, failed, handlerSum, handlerN atomic.Int64 }
@@ -372,6 +390,7 @@ func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url s
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	cpu0 := b.cpu.read()
 	start := time.Now()
 	if err := w.Start(ctx); err != nil {
 		return res, err
@@ -384,6 +403,7 @@ func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url s
 		time.Sleep(2 * time.Millisecond)
 	}
 	el := time.Since(start)
+	used := b.cpu.read().sub(cpu0)
 	runtime.ReadMemStats(&m1)
 	if err := w.Stop(ctx); err != nil {
 		return res, err
@@ -393,6 +413,8 @@ func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url s
 	res.handler = time.Duration(met.handlerSum.Load() / max(met.handlerN.Load(), 1))
 	res.receive = time.Duration(client.sum.Load() / max(client.n.Load(), 1))
 	res.slotUse = res.rate * res.handler.Seconds() / float64(c)
+	per := time.Duration(n)
+	res.cpu = cpuTimes{used.self / per, used.goaws / per, used.postgres / per}
 	return res, nil
 }
 
