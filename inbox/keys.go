@@ -98,8 +98,9 @@ func KeyFromBody(body []byte) string {
 // be exactly one valid JSON object (whitespace around it is fine); when the field appears twice,
 // the last one counts, as with encoding/json. Errors are *[KeyError] values that name the field.
 func KeyFromJSONField(body []byte, field string) (string, error) {
-	fail := func(n int, err error) error { // the source is formatted only on failure
-		return &KeyError{What: "event key", Source: fmt.Sprintf("JSON field %q", field), Len: n, Err: err}
+	source := func() string { return fmt.Sprintf("JSON field %q", field) } // formatted only on failure
+	fail := func(n int, err error) error {
+		return &KeyError{What: "event key", Source: source(), Len: n, Err: err}
 	}
 	// json.Valid checks the whole body without allocating; the scan below then walks only the
 	// top level, so a large body costs no map and no copies of the other fields.
@@ -130,7 +131,7 @@ func KeyFromJSONField(body []byte, field string) (string, error) {
 	if err := ValidateKey(key); err != nil {
 		var ke *KeyError
 		if errors.As(err, &ke) {
-			ke.Source = fmt.Sprintf("JSON field %q", field)
+			ke.Source = source()
 		}
 		return "", err
 	}
