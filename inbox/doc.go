@@ -29,8 +29,9 @@
 // # Retention and purge
 //
 // A row must outlive every possible redelivery of its event, or a late redelivery runs twice.
-// [Inbox.CheckRetention] compares the retention with the upstream horizon (SQS's
-// MessageRetentionPeriod, up to 14 days; the default retention is 14 days). [Inbox.Purge] and
+// [Inbox.CheckRetention] compares the retention with the upstream horizon (for SQS, see
+// worker.Queue.RedeliveryHorizon: up to 14 days on a standard queue, up to 28 days on a FIFO
+// queue with a dead-letter queue; the default retention is 28 days, enough for any queue). [Inbox.Purge] and
 // [Inbox.PurgeLoop] delete older rows in short batches, by the database's clock, on one process
 // at a time (an advisory lock).
 //

@@ -18,9 +18,13 @@ import (
 const (
 	// DefaultSchema is the schema that holds the inbox's tables.
 	DefaultSchema = "sqsinbox"
-	// DefaultRetention is how long inbox rows are kept: 14 days, SQS's longest message retention,
-	// so the default is safe for any queue.
-	DefaultRetention = 14 * 24 * time.Hour
+	// DefaultRetention is how long inbox rows are kept: 28 days, the longest redelivery horizon
+	// any SQS setup can have. A standard queue's horizon is at most 14 days (SQS's longest
+	// retention; a dead-lettered message keeps its original enqueue time), but a FIFO message's
+	// age restarts when it moves to the dead-letter queue, so a FIFO queue of 14 days with a DLQ
+	// of 14 days can deliver an event up to 28 days after it was sent. The rows are small (handler,
+	// key, time), so the default is safe for every queue rather than tight for most.
+	DefaultRetention = 28 * 24 * time.Hour
 	// DefaultPurgeInterval is the pause between purge runs of [Inbox.PurgeLoop].
 	DefaultPurgeInterval = time.Hour
 	// DefaultPurgeBatchSize is the number of rows one purge statement deletes.
@@ -35,7 +39,7 @@ type Config struct {
 
 	// Retention is how long a processed row is remembered. It must be at least as long as the
 	// longest time upstream can redeliver a message (for SQS, the queue's MessageRetentionPeriod;
-	// see [Inbox.CheckRetention]). 0 means DefaultRetention (14 days); negative is an error.
+	// see [Inbox.CheckRetention]). 0 means DefaultRetention (28 days); negative is an error.
 	Retention time.Duration
 
 	// PurgeInterval is the pause between purge runs in [Inbox.PurgeLoop]. 0 means

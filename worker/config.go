@@ -102,6 +102,12 @@ type Config struct {
 
 	// Metrics receives counters and histograms. nil means none.
 	Metrics Metrics
+
+	// IgnoreDeadLetterRetention, when true, lets Start go on when the dead-letter queue's
+	// retention cannot be read (typically a missing sqs:GetQueueAttributes permission on it); the
+	// handler's [QueueChecker] then sees the source queue's retention only, which can be shorter
+	// than the real redelivery horizon. Default false: Start refuses with a *[DeadLetterError].
+	IgnoreDeadLetterRetention bool
 }
 
 func (c *Config) setDefaults() {

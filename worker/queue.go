@@ -39,10 +39,76 @@ type Queue struct {
 }
 
 // RedeliveryHorizon is the longest time after which a message of this queue can be delivered
-// again: the retention period, or the dead-letter queue's if that is longer (a message can be
-// redriven back from it). An inbox must remember events at least this long.
+// again, counted from its send. An inbox must remember events at least this long.
+//
+// On a standard queue a message keeps its original enqueue time when it moves to the dead-letter
+// queue, so the horizon is the longer of the two retention periods. On a FIFO queue the enqueue
+// time restarts when the message moves to the dead-letter queue, so a message can live for up to
+// the source's retention and then the DLQ's: the horizon is their sum. (A manual redrive from the
+// DLQ back to the source can restart the clock once more; redrive within the inbox's retention.)
 func (q *Queue) RedeliveryHorizon() time.Duration {
+	if q.FIFO && q.DeadLetterTargetARN != "" {
+		return q.MessageRetentionPeriod + q.DeadLetterRetentionPeriod
+	}
 	return max(q.MessageRetentionPeriod, q.DeadLetterRetentionPeriod)
+}
+
+// DeadLetterError is returned when a queue has a redrive policy but its dead-letter queue's
+// retention cannot be read. Without it the redelivery horizon is unknown, so the worker refuses
+// to start (unless Config.IgnoreDeadLetterRetention is set).
+type DeadLetterError struct {
+	// Queue is the source queue's name.
+	Queue string
+	// ARN is the dead-letter queue's ARN from the redrive policy.
+	ARN string
+	// Err is what the read failed with.
+	Err error
+}
+
+func (e *DeadLetterError) Error() string {
+	return fmt.Sprintf("worker: queue %s: cannot read the retention of its dead-letter queue %s, so the redelivery horizon is unknown "+
+		"(the consumer needs sqs:GetQueueUrl and sqs:GetQueueAttributes on the dead-letter queue; "+
+		"or set Config.IgnoreDeadLetterRetention to check against the queue's own retention only): %v", e.Queue, e.ARN, e.Err)
+}
+
+func (e *DeadLetterError) Unwrap() error { return e.Err }
+
+// DescribeQueue reads what a worker learns about a queue at start: its attributes and, when it
+// has a redrive policy, its dead-letter queue's retention. queue is a queue URL, or a name that
+// is looked up with GetQueueUrl. A dead-letter queue whose retention cannot be read gives a
+// *[DeadLetterError] (with the rest of the Queue filled in). Operators' tools use it to check a
+// purge against [Queue.RedeliveryHorizon].
+func DescribeQueue(ctx context.Context, client SQSClient, queue string, optFns ...func(*sqs.Options)) (*Queue, error) {
+	url, name := queue, ""
+	if !strings.Contains(queue, "/") {
+		url, name = "", queue
+	}
+	opt := func(o *sqs.Options) {
+		for _, f := range optFns {
+			f(o)
+		}
+	}
+	q, err := loadQueue(ctx, client, url, name, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.loadDeadLetter(ctx, client, opt); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+// loadDeadLetter reads the dead-letter queue's retention into q, if q has one.
+func (q *Queue) loadDeadLetter(ctx context.Context, c SQSClient, opt func(*sqs.Options)) error {
+	if q.DeadLetterTargetARN == "" {
+		return nil
+	}
+	d, err := deadLetterRetention(ctx, c, q.DeadLetterTargetARN, opt)
+	if err != nil {
+		return &DeadLetterError{Queue: q.Name, ARN: q.DeadLetterTargetARN, Err: err}
+	}
+	q.DeadLetterRetentionPeriod = d
+	return nil
 }
 
 func loadQueue(ctx context.Context, c SQSClient, url, name string, opt func(*sqs.Options)) (*Queue, error) {

@@ -149,10 +149,13 @@ func (w *Worker) start(ctx context.Context) error {
 	log := w.cfg.Logger.With("queue", q.Name)
 	if q.DeadLetterTargetARN == "" {
 		log.Warn("worker: queue has no redrive policy: a message that keeps failing is retried until its retention period ends; add a dead-letter queue")
-	} else if d, err := deadLetterRetention(ctx, w.client, q.DeadLetterTargetARN, PlainRequestBodies); err != nil {
-		log.Warn("worker: could not read the dead-letter queue's retention; checking against the queue's own", "error", err)
-	} else {
-		q.DeadLetterRetentionPeriod = d
+	} else if err := q.loadDeadLetter(ctx, w.client, PlainRequestBodies); err != nil {
+		// Fail closed: without the DLQ's retention the inbox could be checked against too short
+		// a horizon and forget events SQS can still redeliver.
+		if !w.cfg.IgnoreDeadLetterRetention {
+			return err
+		}
+		log.Warn("worker: could not read the dead-letter queue's retention; checking against the queue's own (Config.IgnoreDeadLetterRetention)", "error", err)
 	}
 	vis := w.cfg.VisibilityTimeout
 	if vis == 0 {

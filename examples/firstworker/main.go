@@ -24,7 +24,7 @@ func main() {
 	defer stop()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL")) // run `sqsinbox migrate up` first
 	check(err)
-	ib, err := inbox.New(pool, nil) // rows kept 14 days: longer than any SQS redelivery
+	ib, err := inbox.New(pool, nil) // rows kept 28 days: longer than any SQS redelivery
 	check(err)
 	pick := func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 		_, err := tx.Exec(ctx, `INSERT INTO pick_tasks (order_id) VALUES ($1::jsonb->>'order_id')`, string(m.Body))
