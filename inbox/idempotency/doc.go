@@ -44,10 +44,11 @@
 // # Keys and clients
 //
 // Keys are scoped by Config.Principal, the authenticated client: two clients with the same key
-// never see each other's responses. The table stores SHA-256 of the length-prefixed (principal,
-// key), never the key, which can hold personal data; nothing is logged with it either. A key's
-// request fingerprint is SHA-256 of the method, the route (Config.Route; by default the path
-// and query) and SHA-256 of the body.
+// never see each other's responses. A request whose principal is empty gets 401, like one whose
+// Principal returns an error: callers without an identity never share a key space. The table
+// stores SHA-256 of the length-prefixed (principal, key), never the key, which can hold personal
+// data; nothing is logged with it either. A key's request fingerprint is SHA-256 of the method,
+// the route (Config.Route; by default the path and query) and SHA-256 of the body.
 //
 // # How concurrency is handled
 //

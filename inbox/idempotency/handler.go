@@ -14,6 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// ErrEmptyPrincipal is logged when Config.Principal returns "" without an error. The request gets
+// 401, as for an error: an empty principal is never a client of its own.
+var ErrEmptyPrincipal = errors.New("idempotency: Config.Principal returned an empty principal")
+
 // ErrLeaseExpired is the cause of the handler's context when the attempt outlives Config.Lease.
 var ErrLeaseExpired = errors.New("idempotency: the attempt outlived its lease")
 
@@ -48,6 +52,11 @@ func (m *Middleware) wrap(next http.Handler, require bool) http.Handler {
 			return
 		}
 		principal, err := m.cfg.Principal(r)
+		if err == nil && principal == "" {
+			// Every caller with an empty principal would share one key space: one client would
+			// be replayed another's response.
+			err = ErrEmptyPrincipal
+		}
 		if err != nil {
 			m.cfg.Logger.InfoContext(r.Context(), "idempotency: no principal", "error", err)
 			writeProblem(w, http.StatusUnauthorized, CodeUnauthenticated, "The client could not be identified.")

@@ -260,6 +260,37 @@ func TestNoPrincipalGives401(t *testing.T) {
 	}
 }
 
+// TestEmptyPrincipalIsRefused: a Principal that returns "" without an error (here: an
+// authentication layer that lets anonymous callers through) must not put those callers into one
+// shared key space, where bob would be replayed alice's payment.
+func TestEmptyPrincipalIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{Principal: func(r *http.Request) (string, error) {
+		return r.Header.Get("X-Api-User"), nil // no such header: "" for every caller
+	}})
+	alice := b.do(t, request{client: "alice", keys: []string{"pay-1"}, body: payBody})
+	bob := b.do(t, request{client: "bob", keys: []string{"pay-1"}, body: payBody})
+	// bob first: before the fix he was replayed alice's payment.
+	for _, c := range []struct {
+		name string
+		r    response
+	}{{"bob", bob}, {"alice", alice}} {
+		name, r := c.name, c.r
+		if r.status != http.StatusUnauthorized {
+			t.Fatalf("%s: status %d replayed=%v %s; want 401 for an empty principal", name, r.status, r.replayed(), r.body)
+		}
+		if code := problemCode(t, r); code != idempotency.CodeUnauthenticated {
+			t.Fatalf("%s: problem code %q, want %q", name, code, idempotency.CodeUnauthenticated)
+		}
+	}
+	if got := b.app.calls.Load(); got != 0 {
+		t.Fatalf("handler ran %d times for callers without a principal, want 0", got)
+	}
+	if got := b.count(t, "idempotency_keys"); got != 0 {
+		t.Fatalf("%d keys stored for callers without a principal, want 0", got)
+	}
+}
+
 func TestOnlyAllowListedHeadersReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)

@@ -76,7 +76,9 @@ type Config struct {
 
 	// Principal returns the authenticated client of a request. Keys are scoped by it: two
 	// clients that send the same key never see each other's responses. An error gives 401 (the
-	// error is logged, not sent). Required: a single-tenant API can return a constant.
+	// error is logged, not sent), and so does an empty string: callers without an identity
+	// would otherwise share one key space, and one would be replayed another's response
+	// ([ErrEmptyPrincipal]). Required: a single-tenant API can return a constant.
 	Principal func(*http.Request) (string, error)
 
 	// Methods are the request methods the middleware covers; others pass straight through.
