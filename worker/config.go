@@ -30,12 +30,16 @@ const (
 	DefaultDeleteInterval = 20 * time.Millisecond
 	// DefaultMaxPollers caps the default number of pollers.
 	DefaultMaxPollers = 16
+	// DefaultStartTimeout bounds Start's calls (queue attributes, the dead-letter queue, the
+	// handler's start-up checks).
+	DefaultStartTimeout = 30 * time.Second
 )
 
 // Limits that SQS sets.
 const (
-	// MaxVisibility is the longest visibility timeout, and the longest a message can stay
-	// invisible counted from its first receive.
+	// MaxVisibility is the longest visibility timeout, and the longest one delivery of a message
+	// can stay invisible, counted from the ReceiveMessage request that returned it (each receive
+	// starts its own 12 hours; extensions cannot reach past them).
 	MaxVisibility = 12 * time.Hour
 	// MaxWaitTime is the longest long-poll wait.
 	MaxWaitTime = 20 * time.Second
@@ -103,6 +107,12 @@ type Config struct {
 	// Metrics receives counters and histograms. nil means none.
 	Metrics Metrics
 
+	// StartTimeout bounds [Worker.Start]: reading the queue's and its dead-letter queue's
+	// attributes and the handler's start-up checks (for the inbox, its database). An endpoint that
+	// accepts connections but never answers then fails Start with an error that names it, instead
+	// of hanging. 0 means DefaultStartTimeout (30 s); negative is an error.
+	StartTimeout time.Duration
+
 	// IgnoreDeadLetterRetention, when true, lets Start go on when the dead-letter queue's
 	// retention cannot be read (typically a missing sqs:GetQueueAttributes permission on it); the
 	// handler's [QueueChecker] then sees the source queue's retention only, which can be shorter
@@ -120,6 +130,7 @@ func (c *Config) setDefaults() {
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.DeleteInterval = cmp.Or(c.DeleteInterval, DefaultDeleteInterval)
+	c.StartTimeout = cmp.Or(c.StartTimeout, DefaultStartTimeout)
 	if c.Backoff == nil {
 		c.Backoff = ExponentialBackoff(DefaultBackoffMin, DefaultBackoffMax)
 	}
@@ -151,6 +162,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: Config.HandlerTimeout is %v; SQS cannot keep a message invisible longer than %v", c.HandlerTimeout, MaxVisibility)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: Config.ShutdownTimeout is %v; it must be positive (0 means %v)", c.ShutdownTimeout, DefaultShutdownTimeout)
+	case c.StartTimeout < 0:
+		return fmt.Errorf("worker: Config.StartTimeout is %v; it must be positive (0 means %v)", c.StartTimeout, DefaultStartTimeout)
 	case c.DeleteInterval < 0:
 		return fmt.Errorf("worker: Config.DeleteInterval is %v; it must be positive (0 means %v)", c.DeleteInterval, DefaultDeleteInterval)
 	}

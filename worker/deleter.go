@@ -121,12 +121,13 @@ func (d *deleter) send(b []pendingDelete) {
 			now := time.Now()
 			for i, p := range b {
 				code, bad := failed[i]
-				if bad && !isGoneCode(code) {
+				if bad && !goneCode(code, w.queue.FIFO) {
 					retry = append(retry, p)
 					continue
 				}
 				// Gone means deleted already, or redelivered: either way no longer ours.
 				w.metrics.Add(Deleted, 1)
+				w.deleted.Add(1)
 				w.metrics.Observe(CommitToDelete, now.Sub(p.done))
 			}
 		}
@@ -139,7 +140,7 @@ func (d *deleter) send(b []pendingDelete) {
 				"messages", len(retry), "error", err)
 			return
 		}
-		if err != nil && len(retry) == 1 && isGone(err) {
+		if err != nil && len(retry) == 1 && isGone(err, w.queue.FIFO) {
 			return
 		}
 		b = retry

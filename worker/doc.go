@@ -22,7 +22,7 @@
 // # Long handlers
 //
 // While a handler runs, a heartbeat extends its message's visibility every third of the
-// visibility timeout, never past SQS's 12-hour cap counted from the first receive. When it
+// visibility timeout, never past SQS's 12-hour cap counted from the receive that delivered it. When it
 // cannot, the handler's context is cancelled with the cause [ErrLeaseLost], so that its work
 // rolls back instead of committing for a message someone else may hold. A failed extension is
 // retried with exponential backoff and jitter, from one second up to the heartbeat interval,

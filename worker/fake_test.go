@@ -416,38 +416,6 @@ func TestDuplicateInBatchFake(t *testing.T) {
 	}
 }
 
-// TestTwelveHourCapFake (fake): a message first received nearly 12 hours ago is extended only up
-// to the cap, never past it, and its handler is then cancelled with ErrLeaseLost.
-func TestTwelveHourCapFake(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
-	b.send(t, bodies(1, "old"))
-	b.f.Age(b.url, 12*time.Hour-9*time.Second)
-	met := newTestMetrics()
-	cause := make(chan error, 1)
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
-		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			<-ctx.Done()
-			cause <- context.Cause(ctx)
-			return ctx.Err()
-		})})
-	select {
-	case c := <-cause:
-		if !errors.Is(c, worker.ErrLeaseLost) {
-			t.Errorf("cause = %v, want ErrLeaseLost", c)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler was not cancelled at the cap")
-	}
-	workertest.Stop(t, w)
-	if v := b.f.Violations(); len(v) > 0 {
-		t.Errorf("the worker asked for what SQS refuses: %v", v)
-	}
-	if met.get(worker.Heartbeats) == 0 {
-		t.Error("no heartbeat before the cap")
-	}
-}
-
 // TestHeartbeatFake (fake): a handler that runs longer than the visibility timeout keeps its
 // message invisible; it is delivered once.
 func TestHeartbeatFake(t *testing.T) {

@@ -10,18 +10,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-// heartbeat extends a running message's visibility every third of the visibility timeout. When
-// it cannot (the receipt handle is gone, or the 12-hour cap is near), it cancels the handler
-// with [ErrLeaseLost]. A failed extension is retried with exponential backoff and jitter from
+// heartbeat is the lease on one received message. It starts when the message is received, not
+// when its handler starts, so that a message held for later (behind the running head of its FIFO
+// group) stays invisible as long as the running one does: otherwise it would lapse, be received
+// again by another poller, and run twice and out of order.
+//
+// It extends the message's visibility every third of the visibility timeout. When it cannot (the
+// receipt handle is gone, or the 12-hour cap of this receive is near), the lease is lost: a
+// running handler is cancelled with [ErrLeaseLost]; a held message is marked lost, so that it is
+// not started. A failed extension is retried with exponential backoff and jitter from
 // heartbeatRetry up to the interval, always leaving a last try before the lease ends; the first
 // failure of a run is logged as a warning, the rest at debug level.
 type heartbeat struct {
-	w      *Worker
-	m      *Message
-	cancel context.CancelCauseFunc
+	w *Worker
+	m *Message
 
 	mu         sync.Mutex
 	stopped    bool
+	cancel     context.CancelCauseFunc // the running handler's, once it has started
+	lost       error                   // why the lease was lost, or nil
 	timer      *time.Timer
 	callCancel context.CancelFunc
 	running    sync.WaitGroup
@@ -33,8 +40,9 @@ type heartbeat struct {
 // heartbeatRetry is the delay before a failed extension is tried again.
 const heartbeatRetry = time.Second
 
-func (w *Worker) startHeartbeat(m *Message, cancel context.CancelCauseFunc) *heartbeat {
-	h := &heartbeat{w: w, m: m, cancel: cancel, interval: max(w.vis/3, 100*time.Millisecond)}
+// startHeartbeat starts the lease of a message just received.
+func (w *Worker) startHeartbeat(m *Message) *heartbeat {
+	h := &heartbeat{w: w, m: m, interval: max(w.vis/3, 100*time.Millisecond)}
 	h.leaseUntil = m.Received.Add(w.vis)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.interval, h.beat)
@@ -42,7 +50,21 @@ func (w *Worker) startHeartbeat(m *Message, cancel context.CancelCauseFunc) *hea
 	return h
 }
 
-// stop stops the heartbeat and waits for an extension in progress.
+// attach hands the lease to the handler that starts now: if the lease is lost from here on,
+// cancel is called. It returns the reason if the lease is already lost; the handler must then
+// not run.
+func (h *heartbeat) attach(cancel context.CancelCauseFunc) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost != nil {
+		return h.lost
+	}
+	h.cancel = cancel
+	return nil
+}
+
+// stop stops the heartbeat and waits for an extension in progress. After it returns, nothing
+// changes the message's visibility on the lease's behalf.
 func (h *heartbeat) stop() {
 	h.mu.Lock()
 	h.stopped = true
@@ -52,6 +74,14 @@ func (h *heartbeat) stop() {
 	}
 	h.mu.Unlock()
 	h.running.Wait()
+}
+
+// lose records that the lease is lost and cancels the running handler, if any; h.mu must be held.
+func (h *heartbeat) lose(err error) {
+	h.lost = err
+	if h.cancel != nil {
+		h.cancel(err)
+	}
 }
 
 func (h *heartbeat) beat() {
@@ -68,10 +98,12 @@ func (h *heartbeat) beat() {
 	defer cancel()
 
 	w := h.w
-	now := time.Now()
-	ext := min(w.vis, h.m.FirstReceived.Add(MaxVisibility-capMargin).Sub(now))
+	now := w.now()
+	ext := min(w.vis, leaseCap(h.m).Sub(now))
 	if ext < time.Second {
-		h.cancel(fmt.Errorf("%w: SQS's 12-hour visibility limit from the first receive is reached", ErrLeaseLost))
+		h.mu.Lock()
+		h.lose(fmt.Errorf("%w: SQS's 12-hour visibility limit from this receive is reached", ErrLeaseLost))
+		h.mu.Unlock()
 		return
 	}
 	secs := int32(ext / time.Second) // rounded down, to stay under the cap
@@ -94,20 +126,21 @@ func (h *heartbeat) beat() {
 		}
 		h.leaseUntil = now.Add(time.Duration(secs) * time.Second)
 		h.timer.Reset(h.interval)
-	case isGone(err) || errorCode(err) == "InvalidParameterValue":
-		h.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
-	case time.Until(h.leaseUntil) <= 2*heartbeatRetry:
-		h.cancel(fmt.Errorf("%w: the visibility could not be extended in time: %w", ErrLeaseLost, err))
+	case isGone(err, w.queue.FIFO) || errorCode(err) == "InvalidParameterValue":
+		h.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+	case w.now().Add(2 * heartbeatRetry).After(h.leaseUntil):
+		h.lose(fmt.Errorf("%w: the visibility could not be extended in time: %w", ErrLeaseLost, err))
 	default:
 		h.fails++
+		left := h.leaseUntil.Sub(w.now())
 		// Back off, but try once more before the lease is down to its last 2 s.
-		d := min(jitter(expo(heartbeatRetry, h.interval, h.fails)), time.Until(h.leaseUntil)-2*heartbeatRetry)
+		d := min(jitter(expo(heartbeatRetry, h.interval, h.fails)), left-2*heartbeatRetry)
 		level := slog.LevelDebug
 		if h.fails == 1 {
 			level = slog.LevelWarn
 		}
 		w.log.Log(context.Background(), level, "worker: heartbeat failed; retrying", "message_id", h.m.ID,
-			"attempt", h.fails, "retry_in", d.Round(time.Millisecond), "lease_left", time.Until(h.leaseUntil).Round(time.Second), "error", err)
+			"attempt", h.fails, "retry_in", d.Round(time.Millisecond), "lease_left", left.Round(time.Second), "error", err)
 		h.timer.Reset(d)
 	}
 }

@@ -21,16 +21,22 @@ type Message struct {
 	// ReceiveCount is ApproximateReceiveCount: 1 on the first delivery. Some emulators always
 	// report 1.
 	ReceiveCount int
-	// FirstReceived is ApproximateFirstReceiveTimestamp, or the local time of this receive when the
-	// queue does not report it. The 12-hour visibility cap counts from it.
+	// FirstReceived is ApproximateFirstReceiveTimestamp, the message's first receive ever, or the
+	// local time of this receive when the queue does not report it. It is for information: SQS
+	// counts its 12-hour visibility cap from each receive, not from the first.
 	FirstReceived time.Time
-	// Received is the local time of this receive.
+	// Received is the local time taken just before the ReceiveMessage call that returned this
+	// delivery. SQS's 12-hour visibility cap counts from the moment it took that request, which
+	// is no earlier than this (a long poll can return up to 20 s after it), so the worker counts
+	// the cap from here and always stays inside it.
 	Received time.Time
 	// GroupID is the MessageGroupId on a FIFO queue, else empty.
 	GroupID string
 	// ReceiptHandle is the handle of this delivery. The worker deletes and extends the message
 	// with it; handlers need not use it.
 	ReceiptHandle string
+
+	lease *heartbeat // keeps the message invisible from its receive until it is settled or released
 }
 
 // Attribute returns the string value of the message attribute name (a String or Number
@@ -43,12 +49,14 @@ func (m *Message) Attribute(name string) (string, bool) {
 	return *a.StringValue, true
 }
 
-func newMessage(sm *types.Message, now time.Time) *Message {
+// newMessage makes a Message of a received one; requested is the local time taken before the
+// ReceiveMessage call.
+func newMessage(sm *types.Message, requested time.Time) *Message {
 	m := &Message{
 		Attributes:       sm.MessageAttributes,
 		SystemAttributes: sm.Attributes,
-		Received:         now,
-		FirstReceived:    now,
+		Received:         requested,
+		FirstReceived:    requested,
 		ReceiveCount:     1,
 	}
 	if sm.MessageId != nil {
@@ -64,10 +72,14 @@ func newMessage(sm *types.Message, now time.Time) *Message {
 		m.ReceiveCount = v
 	}
 	if v, err := strconv.ParseInt(sm.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64); err == nil && v > 0 {
-		if t := time.UnixMilli(v); t.Before(now) {
+		if t := time.UnixMilli(v); t.Before(requested) {
 			m.FirstReceived = t
 		}
 	}
 	m.GroupID = sm.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
 	return m
 }
+
+// leaseCap is the latest time m may stay invisible: 12 hours from this delivery's receive, less a
+// margin for clock skew and the call's own travel.
+func leaseCap(m *Message) time.Time { return m.Received.Add(MaxVisibility - capMargin) }

@@ -15,8 +15,12 @@ const (
 	Duplicates Counter = "duplicates"
 	// Failed counts handler errors, panics and timeouts (not [RetryAfter] or [Discard]).
 	Failed Counter = "failed"
-	// Retried counts messages handed back for a later delivery (failures and [RetryAfter]).
+	// Retried counts messages handed back for a later delivery (failures, [RetryAfter] and
+	// [RetryBlocked]).
 	Retried Counter = "retried"
+	// Blocked counts messages handed back because another consumer held their work
+	// ([RetryBlocked]; for the inbox, an uncommitted claim of the same event).
+	Blocked Counter = "blocked"
 	// Discarded counts messages whose handler returned [Discard].
 	Discarded Counter = "discarded"
 	// Released counts messages made visible again without being run (at stop, or behind a failed
@@ -33,7 +37,7 @@ const (
 )
 
 // Counters lists every [Counter], for adapters that register them up front.
-var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Discarded, Released,
+var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Blocked, Discarded, Released,
 	Deleted, DeleteFailures, Heartbeats, ReceiveErrors}
 
 // Histogram names one of the worker's histograms of durations.

@@ -211,23 +211,23 @@ func httpStatus(err error) int {
 	return 0
 }
 
-// isGone reports whether err says the receipt handle no longer names an in-flight message:
-// it was deleted, or redelivered to someone else, or (GoAws) answered 404.
-func isGone(err error) bool {
-	switch errorCode(err) {
-	case "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
-		"MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle", "NotFound":
-		return true
-	}
-	return httpStatus(err) == 404
+// isGone reports whether err, from a call that names a message by its receipt handle, says the
+// handle no longer names an in-flight message: it was deleted, or redelivered to someone else,
+// or (GoAws) answered 404.
+func isGone(err error, fifo bool) bool {
+	return goneCode(errorCode(err), fifo) || httpStatus(err) == 404
 }
 
-// isGoneCode is isGone for a batch entry's code.
-func isGoneCode(code string) bool {
+// goneCode is isGone for an error code (also a batch entry's). On a FIFO queue SQS refuses a
+// stale handle with InvalidParameterValue ("The receipt handle has expired"); that code is
+// generic, so it counts as gone only there, and only for calls that name a message by handle.
+func goneCode(code string, fifo bool) bool {
 	switch code {
 	case "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
 		"MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle", "NotFound":
 		return true
+	case "InvalidParameterValue":
+		return fifo
 	}
 	return false
 }

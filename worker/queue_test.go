@@ -41,22 +41,26 @@ func FuzzParseRedrivePolicy(f *testing.F) {
 func TestVisibilitySeconds(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	fresh := &Message{FirstReceived: now}
-	old := &Message{FirstReceived: now.Add(-MaxVisibility + time.Minute)}
+	fresh := &Message{Received: now}
+	// First received 13 hours ago, received again now: the cap counts from this receive.
+	redelivered := &Message{FirstReceived: now.Add(-13 * time.Hour), Received: now}
+	old := &Message{Received: now.Add(-MaxVisibility + time.Minute)}
 	for _, tc := range []struct {
+		name string
 		m    *Message
 		d    time.Duration
 		want int32
 	}{
-		{fresh, 0, 0},
-		{fresh, -time.Second, 0},
-		{fresh, 1500 * time.Millisecond, 2},
-		{fresh, 13 * time.Hour, int32((MaxVisibility - capMargin) / time.Second)},
-		{old, time.Hour, int32((time.Minute - capMargin) / time.Second)},
-		{&Message{FirstReceived: now.Add(-MaxVisibility)}, time.Hour, 0},
+		{"zero", fresh, 0, 0},
+		{"negative", fresh, -time.Second, 0},
+		{"rounded up", fresh, 1500 * time.Millisecond, 2},
+		{"capped", fresh, 13 * time.Hour, int32((MaxVisibility - capMargin) / time.Second)},
+		{"first receive long ago", redelivered, time.Hour, 3600},
+		{"this receive near the cap", old, time.Hour, int32((time.Minute - capMargin) / time.Second)},
+		{"this receive at the cap", &Message{Received: now.Add(-MaxVisibility)}, time.Hour, 0},
 	} {
 		if got := visibilitySeconds(tc.m, tc.d, now); got != tc.want {
-			t.Errorf("visibilitySeconds(first %v ago, %v) = %d, want %d", now.Sub(tc.m.FirstReceived), tc.d, got, tc.want)
+			t.Errorf("%s: visibilitySeconds(received %v ago, %v) = %d, want %d", tc.name, now.Sub(tc.m.Received), tc.d, got, tc.want)
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 // context.Cause(ctx).
 var (
 	// ErrLeaseLost means the message's visibility could not be extended (its receipt handle is no
-	// longer valid, or SQS's 12-hour cap from the first receive was reached). Another consumer may
+	// longer valid, or SQS's 12-hour cap from this delivery's receive was reached). Another consumer may
 	// already hold the message, so the handler's work must not commit.
 	ErrLeaseLost = errors.New("worker: lease on the message lost")
 	// ErrStopping means the worker is stopping and does not wait for the handler any longer
@@ -43,9 +43,32 @@ func (e *RetryError) Unwrap() error { return e.Err }
 
 // RetryAfter is returned by a handler to have the message delivered again after d instead of
 // after the backoff. d is rounded up to whole seconds and capped at 12 hours (and at SQS's
-// 12-hour limit from the first receive). The message's receive count still grows, so the queue's
+// 12-hour limit from the receive that delivered it). The message's receive count still grows, so the queue's
 // redrive policy still applies.
 func RetryAfter(d time.Duration) error { return &RetryError{After: d} }
+
+// BlockedError is the result of [RetryBlocked].
+type BlockedError struct {
+	// After is the delay before the message is delivered again.
+	After time.Duration
+	// Err says what holds the message's work, if known.
+	Err error
+}
+
+func (e *BlockedError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("worker: blocked behind another holder, retry after %v: %v", e.After, e.Err)
+	}
+	return fmt.Sprintf("worker: blocked behind another holder, retry after %v", e.After)
+}
+
+func (e *BlockedError) Unwrap() error { return e.Err }
+
+// RetryBlocked is returned by a handler whose work is held by another consumer (an inbox claim
+// of the same event that has not committed yet): the message is delivered again after d, like
+// [RetryAfter], but it is counted as [Blocked] and logged at Info level, not as a failure of the
+// handler, and it does not pause the pollers. The receive count still grows.
+func RetryBlocked(d time.Duration, err error) error { return &BlockedError{After: d, Err: err} }
 
 // DiscardError is the result of [Discard].
 type DiscardError struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -57,7 +58,11 @@ type Worker struct {
 	slots    *semaphore.Weighted
 	inFlight atomic.Int64
 	stopping atomic.Bool
-	noCMVB   atomic.Bool // ChangeMessageVisibilityBatch is not supported (GoAws)
+	released atomic.Int64 // messages released, for the stop's log line
+	deleted  atomic.Int64 // messages deleted, likewise
+	noCMVB   atomic.Bool  // ChangeMessageVisibilityBatch is not supported (GoAws)
+
+	now func() time.Time // the clock of the 12-hour cap; tests move it
 
 	stopCtx    context.Context // ends at the start of a stop: no new receives
 	stopCancel context.CancelCauseFunc
@@ -99,6 +104,7 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		cfg:     c,
 		log:     c.Logger,
 		metrics: c.Metrics,
+		now:     time.Now,
 		done:    make(chan struct{}),
 		slots:   semaphore.NewWeighted(int64(c.Concurrency)),
 	}, nil
@@ -142,43 +148,20 @@ func (w *Worker) Start(ctx context.Context) error {
 }
 
 func (w *Worker) start(ctx context.Context) error {
-	q, err := loadQueue(ctx, w.client, w.cfg.QueueURL, w.cfg.QueueName, PlainRequestBodies)
+	base := context.WithoutCancel(ctx)
+	sctx, cancel := context.WithTimeoutCause(ctx, w.cfg.StartTimeout, errStartTimeout)
+	defer cancel()
+	q, vis, log, err := w.prepare(sctx)
 	if err != nil {
+		if errors.Is(context.Cause(sctx), errStartTimeout) {
+			return fmt.Errorf("worker: start-up did not finish within %v (Config.StartTimeout; SQS endpoint %s): %w",
+				w.cfg.StartTimeout, w.endpoint(), err)
+		}
 		return err
 	}
-	log := w.cfg.Logger.With("queue", q.Name)
-	if q.DeadLetterTargetARN == "" {
-		log.Warn("worker: queue has no redrive policy: a message that keeps failing is retried until its retention period ends; add a dead-letter queue")
-	} else if err := q.loadDeadLetter(ctx, w.client, PlainRequestBodies); err != nil {
-		// Fail closed: without the DLQ's retention the inbox could be checked against too short
-		// a horizon and forget events SQS can still redeliver.
-		if !w.cfg.IgnoreDeadLetterRetention {
-			return err
-		}
-		log.Warn("worker: could not read the dead-letter queue's retention; checking against the queue's own (Config.IgnoreDeadLetterRetention)", "error", err)
-	}
-	vis := w.cfg.VisibilityTimeout
-	if vis == 0 {
-		vis = q.VisibilityTimeout
-	}
-	if vis < time.Second {
-		return fmt.Errorf("worker: queue %s has a visibility timeout of %v, so every message would be delivered again at once; "+
-			"set Config.VisibilityTimeout or the queue's VisibilityTimeout", q.Name, vis)
-	}
-	if w.cfg.HandlerTimeout > vis {
-		log.Debug("worker: the handler timeout is longer than the visibility timeout; heartbeats keep long handlers' messages invisible",
-			"handler_timeout", w.cfg.HandlerTimeout, "visibility_timeout", vis)
-	}
-	if qc, ok := w.cfg.Handler.(QueueChecker); ok {
-		if err := qc.CheckQueue(ctx, q); err != nil {
-			return fmt.Errorf("worker: start-up check of queue %s: %w", q.Name, err)
-		}
-	}
-
 	w.mu.Lock()
 	w.queue, w.vis, w.log = q, vis, log
 	w.mu.Unlock()
-	base := context.WithoutCancel(ctx)
 	w.stopCtx, w.stopCancel = context.WithCancelCause(base)
 	w.recvCtx, w.recvCancel = context.WithCancelCause(base)
 	w.workCtx, w.workCancel = context.WithCancelCause(base)
@@ -187,8 +170,69 @@ func (w *Worker) start(ctx context.Context) error {
 		w.pollers.Add(1)
 		go w.poll()
 	}
-	w.log.Debug("worker: started", "concurrency", w.cfg.Concurrency, "pollers", w.cfg.Pollers, "fifo", q.FIFO)
+	attrs := []any{"concurrency", w.cfg.Concurrency, "pollers", w.cfg.Pollers, "fifo", q.FIFO,
+		"visibility_timeout", vis, "redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
+	if lv, ok := w.cfg.Handler.(slog.LogValuer); ok {
+		attrs = append(attrs, "handler", lv)
+	}
+	w.log.Info("worker: started", attrs...)
 	return nil
+}
+
+// errStartTimeout is the cause of Start's context when Config.StartTimeout ends it.
+var errStartTimeout = errors.New("worker: start timeout")
+
+// prepare reads the queue and runs the start-up checks.
+func (w *Worker) prepare(ctx context.Context) (*Queue, time.Duration, *slog.Logger, error) {
+	q, err := loadQueue(ctx, w.client, w.cfg.QueueURL, w.cfg.QueueName, PlainRequestBodies)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	log := w.cfg.Logger.With("queue", q.Name)
+	if q.DeadLetterTargetARN == "" {
+		log.Warn("worker: queue has no redrive policy: a message that keeps failing is retried until its retention period ends; add a dead-letter queue")
+	} else if err := q.loadDeadLetter(ctx, w.client, PlainRequestBodies); err != nil {
+		// Fail closed: without the DLQ's retention the inbox could be checked against too short
+		// a horizon and forget events SQS can still redeliver.
+		if !w.cfg.IgnoreDeadLetterRetention {
+			return nil, 0, nil, err
+		}
+		log.Warn("worker: could not read the dead-letter queue's retention; checking against the queue's own (Config.IgnoreDeadLetterRetention)", "error", err)
+	}
+	vis := w.cfg.VisibilityTimeout
+	if vis == 0 {
+		vis = q.VisibilityTimeout
+	}
+	if vis < time.Second {
+		return nil, 0, nil, fmt.Errorf("worker: queue %s has a visibility timeout of %v, so every message would be delivered again at once; "+
+			"set Config.VisibilityTimeout or the queue's VisibilityTimeout", q.Name, vis)
+	}
+	if w.cfg.HandlerTimeout > vis {
+		log.Debug("worker: the handler timeout is longer than the visibility timeout; heartbeats keep long handlers' messages invisible",
+			"handler_timeout", w.cfg.HandlerTimeout, "visibility_timeout", vis)
+	}
+	if qc, ok := w.cfg.Handler.(QueueChecker); ok {
+		if err := qc.CheckQueue(ctx, q); err != nil {
+			return nil, 0, nil, fmt.Errorf("worker: start-up check of queue %s: %w", q.Name, err)
+		}
+	}
+	return q, vis, log, nil
+}
+
+// endpoint names the SQS endpoint the client talks to, for errors: its configured base
+// endpoint, else the queue URL's.
+func (w *Worker) endpoint() string {
+	if oc, ok := w.client.(interface{ Options() sqs.Options }); ok {
+		if ep := aws.ToString(oc.Options().BaseEndpoint); ep != "" {
+			return ep
+		}
+	}
+	if w.cfg.QueueURL != "" {
+		if u, err := url.Parse(w.cfg.QueueURL); err == nil && u.Host != "" {
+			return u.Scheme + "://" + u.Host
+		}
+	}
+	return "(the SDK's default for the region)"
 }
 
 // Stop stops receiving, releases received messages that have not started (visibility 0), lets
@@ -219,6 +263,8 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 	if first {
 		w.stopping.Store(true)
 		w.stopCancel(ErrStopping)
+		began, running := time.Now(), w.InFlight()
+		released0, deleted0 := w.released.Load(), w.deleted.Load()
 		go func() {
 			grace := time.AfterFunc(receiveGrace, func() { w.recvCancel(ErrStopping) })
 			w.pollers.Wait()
@@ -226,8 +272,12 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 			w.releasePending()
 			w.handlers.Wait()
 			w.del.close()
+			cancelled := w.workCtx.Err() != nil
 			w.recvCancel(ErrStopping)
 			w.workCancel(ErrStopping)
+			w.log.Info("worker: stopped", "handlers_running_at_stop", running, "handlers_cancelled", cancelled,
+				"released", w.released.Load()-released0, "deleted_during_stop", w.deleted.Load()-deleted0,
+				"took", time.Since(began).Round(time.Millisecond))
 			close(w.done)
 		}()
 	}
@@ -269,6 +319,9 @@ func (w *Worker) poll() {
 		if err != nil {
 			return
 		}
+		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
+		// is after this moment.
+		requested := w.now()
 		out, err := w.client.ReceiveMessage(w.recvCtx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    &w.queue.URL,
 			MaxNumberOfMessages:         int32(n),
@@ -302,7 +355,7 @@ func (w *Worker) poll() {
 			}
 			continue
 		}
-		w.dispatch(msgs, n)
+		w.dispatch(msgs, n, requested)
 	}
 }
 
@@ -335,11 +388,14 @@ func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
 
 // dispatch starts the received messages, each holding one of the slots taken for the receive.
 // On a FIFO queue, the messages of one group run in order in one goroutine.
-func (w *Worker) dispatch(sms []types.Message, slots int) {
-	now := time.Now()
+// Every message's lease (its heartbeat) starts here, so that a message waiting for its turn is
+// covered as a running one is.
+func (w *Worker) dispatch(sms []types.Message, slots int, requested time.Time) {
 	msgs := make([]*Message, 0, len(sms))
 	for i := range sms {
-		msgs = append(msgs, newMessage(&sms[i], now))
+		m := newMessage(&sms[i], requested)
+		m.lease = w.startHeartbeat(m)
+		msgs = append(msgs, m)
 	}
 	w.metrics.Add(Received, len(msgs))
 	if len(msgs) > slots {
@@ -471,10 +527,18 @@ func (w *Worker) runGroup(g *group) {
 // process runs the handler on m and settles the message. It reports whether the message is done
 // (deleted or to be deleted).
 func (w *Worker) process(m *Message) bool {
+	ctx, cancel := context.WithCancelCause(w.workCtx)
+	if err := m.lease.attach(cancel); err != nil {
+		// Held too long behind its group: its receipt handle is gone, and it will be delivered
+		// again. Running it now could overlap that delivery.
+		m.lease.stop()
+		cancel(nil)
+		w.log.Warn("worker: lease lost while the message waited for its turn; not running it", "message_id", m.ID, "cause", err)
+		return false
+	}
 	w.metrics.SetInFlight(int(w.inFlight.Add(1)))
 	start := time.Now()
-	ctx, cancel := context.WithCancelCause(w.workCtx)
-	hb := w.startHeartbeat(m, cancel)
+	hb := m.lease
 	hctx, cancelTimeout := ctx, context.CancelFunc(func() {})
 	if w.cfg.HandlerTimeout > 0 {
 		hctx, cancelTimeout = context.WithTimeoutCause(ctx, w.cfg.HandlerTimeout, ErrHandlerTimeout)
@@ -503,6 +567,7 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		discard *DiscardError
 		retry   *RetryError
 		unavail *UnavailableError
+		blocked *BlockedError
 	)
 	switch {
 	case err == nil:
@@ -523,9 +588,18 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		return true
 	}
 	var d time.Duration
-	if errors.As(err, &retry) {
+	switch {
+	case errors.As(err, &blocked):
+		// Not a failure of the handler: another consumer holds the event's claim. Wait for it
+		// to commit (the redelivery is then a duplicate) or to be ended.
+		w.pause.ok()
+		w.metrics.Add(Blocked, 1)
+		w.log.Info("worker: event held by another consumer; retrying later", "message_id", m.ID,
+			"receive_count", m.ReceiveCount, "retry_in", blocked.After.Round(time.Second), "reason", blocked.Err)
+		d = blocked.After
+	case errors.As(err, &retry):
 		d = retry.After
-	} else {
+	default:
 		w.metrics.Add(Failed, 1)
 		d = w.cfg.Backoff(m.ReceiveCount)
 	}
@@ -542,7 +616,7 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 	case errors.Is(cause, ErrStopping):
 		d = 0
 	}
-	if retry == nil {
+	if retry == nil && blocked == nil {
 		w.log.Warn("worker: handler failed; the message will be delivered again", "message_id", m.ID,
 			"receive_count", m.ReceiveCount, "retry_in", d.Round(time.Second), "error", err)
 	}
@@ -552,9 +626,9 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 }
 
 // visibilitySeconds turns a delay into a visibility timeout that SQS accepts for m: whole seconds
-// (rounded up), not past 12 hours from its first receive.
+// (rounded up), not past 12 hours from the receive that delivered it.
 func visibilitySeconds(m *Message, d time.Duration, now time.Time) int32 {
-	left := max(m.FirstReceived.Add(MaxVisibility-capMargin).Sub(now), 0)
+	left := max(leaseCap(m).Sub(now), 0)
 	d = clampDur(d, 0, left)
 	return int32((d + time.Second - 1) / time.Second)
 }
@@ -565,19 +639,24 @@ func (w *Worker) changeVisibility(m *Message, d time.Duration) {
 	_, err := w.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl:          &w.queue.URL,
 		ReceiptHandle:     &m.ReceiptHandle,
-		VisibilityTimeout: visibilitySeconds(m, d, time.Now()),
+		VisibilityTimeout: visibilitySeconds(m, d, w.now()),
 	}, PlainRequestBodies)
-	if err != nil && !isGone(err) {
+	if err != nil && !isGone(err, w.queue.FIFO) {
 		w.log.Warn("worker: could not change a message's visibility; it returns after the visibility timeout",
 			"message_id", m.ID, "error", err)
 	}
 }
 
-// release makes msgs visible again at once, without running them.
+// release makes msgs visible again at once, without running them. Their leases end first, so
+// that no extension lands after the release.
 func (w *Worker) release(msgs []*Message) {
 	if len(msgs) == 0 {
 		return
 	}
+	for _, m := range msgs {
+		m.lease.stop()
+	}
+	w.released.Add(int64(len(msgs)))
 	w.metrics.Add(Released, len(msgs))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.workCtx), callTimeout)
 	defer cancel()
@@ -598,7 +677,7 @@ func (w *Worker) release(msgs []*Message) {
 			if err == nil {
 				var failed []*Message
 				for _, f := range out.Failed {
-					if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i < len(batch) && !isGoneCode(aws.ToString(f.Code)) {
+					if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i < len(batch) && !goneCode(aws.ToString(f.Code), w.queue.FIFO) {
 						failed = append(failed, batch[i])
 					}
 				}
@@ -613,7 +692,7 @@ func (w *Worker) release(msgs []*Message) {
 			_, err := w.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 				QueueUrl: &w.queue.URL, ReceiptHandle: aws.String(m.ReceiptHandle), VisibilityTimeout: 0,
 			}, PlainRequestBodies)
-			if err != nil && !isGone(err) {
+			if err != nil && !isGone(err, w.queue.FIFO) {
 				w.log.Warn("worker: could not release a message; it returns after the visibility timeout", "message_id", m.ID, "error", err)
 			}
 		}

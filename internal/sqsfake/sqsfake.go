@@ -24,8 +24,9 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// MaxVisibility is SQS's cap: a message cannot stay invisible past 12 hours from its first
-// receive, and no visibility timeout is longer.
+// MaxVisibility is SQS's cap: no visibility timeout is longer, and a delivery cannot stay
+// invisible past 12 hours from the moment SQS took the ReceiveMessage request that made it. Each
+// receive starts its own 12 hours; the message's first receive ever does not matter.
 const MaxVisibility = 12 * time.Hour
 
 // Error returns an API error with the given code, as the SDK returns for SQS error responses.
@@ -107,6 +108,7 @@ type message struct {
 	sent         time.Time
 	receives     int
 	firstReceive time.Time
+	receivedAt   time.Time // when the fake took the ReceiveMessage request of the current delivery
 	visibleAt    time.Time
 	valid        map[string]bool // receipt handles of the current delivery
 	deleted      bool
@@ -151,9 +153,10 @@ func (f *Fake) CreateQueue(o QueueOptions) string {
 
 func (f *Fake) now() time.Time { return time.Now().Add(f.offset) }
 
-// Age moves the first receive of every message of the queue (received or not) back by d, as if
-// it had been first received d ago, to bring the 12-hour cap near.
-func (f *Fake) Age(queueURL string, d time.Duration) {
+// AgeFirstReceive moves the first receive of every message of the queue (received or not) back by
+// d, as if it had been first received d ago. It changes ApproximateFirstReceiveTimestamp only: the
+// 12-hour cap counts from each receive, not from the first.
+func (f *Fake) AgeFirstReceive(queueURL string, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
@@ -162,6 +165,20 @@ func (f *Fake) Age(queueURL string, d time.Duration) {
 			m.firstReceive = now
 		}
 		m.firstReceive = m.firstReceive.Add(-d)
+	}
+}
+
+// AgeReceive moves the receive of every message of the queue now in flight back by d, as if SQS
+// had taken the ReceiveMessage request that delivered it d ago, to bring the 12-hour cap of that
+// delivery near. The messages stay in flight.
+func (f *Fake) AgeReceive(queueURL string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	for _, m := range f.queues[queueURL].msgs {
+		if !m.deleted && m.visibleAt.After(now) {
+			m.receivedAt = m.receivedAt.Add(-d)
+		}
 	}
 }
 
@@ -293,6 +310,7 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 	}
 	deadline := time.Now().Add(time.Duration(in.WaitTimeSeconds) * time.Second)
 	f.mu.Lock()
+	requested := f.now() // SQS counts a delivery's 12 hours from when it took the request
 	q, err := f.begin("ReceiveMessage", aws.ToString(in.QueueUrl), in)
 	if err != nil {
 		f.mu.Unlock()
@@ -307,7 +325,7 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 		if in.VisibilityTimeout > 0 {
 			vis = time.Duration(in.VisibilityTimeout) * time.Second
 		}
-		msgs, next := f.take(q, max, vis)
+		msgs, next := f.take(q, max, vis, requested)
 		if len(msgs) > 0 || !time.Now().Before(deadline) {
 			f.mu.Unlock()
 			return &sqs.ReceiveMessageOutput{Messages: msgs}, nil
@@ -344,7 +362,7 @@ func (f *Fake) nowLocked() time.Time {
 
 // take receives up to max visible messages; f.mu must be held. next is when the earliest
 // invisible message becomes visible, or zero.
-func (f *Fake) take(q *queue, max int, vis time.Duration) (out []types.Message, next time.Time) {
+func (f *Fake) take(q *queue, max int, vis time.Duration, requested time.Time) (out []types.Message, next time.Time) {
 	now := f.now()
 	for len(q.live) > 0 && q.live[0].deleted {
 		q.live[0] = nil
@@ -382,17 +400,17 @@ func (f *Fake) take(q *queue, max int, vis time.Duration) (out []types.Message, 
 			q.dlq.live = append(q.dlq.live, &d)
 			continue
 		}
-		out = append(out, f.deliver(q, m, now, vis))
+		out = append(out, f.deliver(q, m, now, vis, requested))
 		dup := f.faults.DuplicateInBatch
 		if dup != nil && len(out) < max && dup(m.body) {
-			out = append(out, f.deliver(q, m, now, vis))
+			out = append(out, f.deliver(q, m, now, vis, requested))
 		}
 	}
 	return out, next
 }
 
 // deliver hands m out once more with a new receipt handle.
-func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration) types.Message {
+func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration, requested time.Time) types.Message {
 	if !m.visibleAt.After(now) || m.valid == nil {
 		m.valid = map[string]bool{} // a new delivery: earlier handles go stale
 	}
@@ -401,6 +419,7 @@ func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration) t
 		m.firstReceive = now
 	}
 	m.visibleAt = now.Add(vis)
+	m.receivedAt = requested
 	f.seq++
 	h := fmt.Sprintf("rh-%s-%d", m.id, f.seq)
 	m.valid[h] = true
@@ -527,9 +546,9 @@ func (f *Fake) visibility(q *queue, h string, secs int32) error {
 	case !m.visibleAt.After(now):
 		f.viol = append(f.viol, fmt.Sprintf("visibility change of %s, which is not in flight", m.id))
 		return Error("AWS.SimpleQueueService.MessageNotInflight", "The message is not in flight.")
-	case now.Add(d).After(m.firstReceive.Add(MaxVisibility)):
-		f.viol = append(f.viol, fmt.Sprintf("visibility of %s to %v past the 12-hour cap (first received %v ago)",
-			m.id, d, now.Sub(m.firstReceive).Round(time.Second)))
+	case now.Add(d).After(m.receivedAt.Add(MaxVisibility)):
+		f.viol = append(f.viol, fmt.Sprintf("visibility of %s to %v past the 12-hour cap (this delivery's receive was %v ago)",
+			m.id, d, now.Sub(m.receivedAt).Round(time.Second)))
 		return Error("InvalidParameterValue", "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]")
 	}
 	m.visibleAt = now.Add(d)

@@ -3,6 +3,7 @@ package sqsfake_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -120,7 +121,7 @@ func TestTwelveHourCap(t *testing.T) {
 	url := f.CreateQueue(sqsfake.QueueOptions{Name: "q"})
 	send(t, f, url, []string{"a"}, "")
 	h := receive(t, f, url, 1, 0)[0].ReceiptHandle
-	f.Age(url, 12*time.Hour-time.Minute)
+	f.AgeReceive(url, 12*time.Hour-time.Minute)
 	ok := &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: h, VisibilityTimeout: 30}
 	if _, err := f.ChangeMessageVisibility(context.Background(), ok); err != nil {
 		t.Fatalf("within the cap: %v", err)
@@ -131,6 +132,27 @@ func TestTwelveHourCap(t *testing.T) {
 	}
 	if len(f.Violations()) != 1 {
 		t.Errorf("violations %v", f.Violations())
+	}
+}
+
+// TestTwelveHourCapPerReceive: the cap counts from each receive. A message first received 13
+// hours ago, received again now, can be made invisible for hours.
+func TestTwelveHourCapPerReceive(t *testing.T) {
+	f := sqsfake.New()
+	url := f.CreateQueue(sqsfake.QueueOptions{Name: "q"})
+	send(t, f, url, []string{"a"}, "")
+	f.AgeFirstReceive(url, 13*time.Hour)
+	m := receive(t, f, url, 1, 0)[0]
+	first, _ := strconv.ParseInt(m.Attributes["ApproximateFirstReceiveTimestamp"], 10, 64)
+	if age := time.Since(time.UnixMilli(first)); age < 13*time.Hour {
+		t.Fatalf("first receive %v ago, want 13 h", age)
+	}
+	in := &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 6 * 3600}
+	if _, err := f.ChangeMessageVisibility(context.Background(), in); err != nil {
+		t.Fatalf("6 h on a fresh receive of an old message: %v", err)
+	}
+	if v := f.Violations(); len(v) > 0 {
+		t.Errorf("violations %v", v)
 	}
 }
 
