@@ -40,7 +40,21 @@ type Func func(ctx context.Context, tx pgx.Tx) error
 // ErrCommitUnknown is wrapped by the error of [Inbox.Run] when COMMIT failed in a way that does
 // not say whether the transaction committed (the connection broke). The caller must not
 // acknowledge the event: its redelivery finds the row if it did commit and runs again if not.
+// Such an error also wraps [ErrConnectionLost].
 var ErrCommitUnknown = errors.New("inbox: commit outcome unknown")
+
+// ErrConnectionLost is wrapped by the error of [Inbox.Run] when the inbox's own connection failed:
+// none could be had from the pool, BEGIN or the claim failed and left the connection closed, the
+// connection was closed when the handler returned its error, or COMMIT's outcome is unknown. It
+// is decided from the state of the transaction's connection, not from the type of the error, so
+// that a handler's own failure (a truncated body, a downstream timeout) is never mistaken for a
+// database outage. A worker pauses on it ([worker.Unavailable] in the inbox handler).
+var ErrConnectionLost = errors.New("inbox: database connection lost")
+
+// ErrClaimBlocked is wrapped by the error of [Inbox.Run] when the claim waited Config.LockTimeout
+// for another transaction's uncommitted claim of the same event (SQLSTATE 55P03). The event is
+// neither processed nor a duplicate yet: retry it after [Inbox.BlockedRetryDelay].
+var ErrClaimBlocked = errors.New("inbox: claim blocked by another transaction holding the same event")
 
 // PanicError is the error a panicking [Func] becomes.
 type PanicError struct {
@@ -77,24 +91,35 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	if err := validateClaim(handler, key); err != nil {
 		return 0, err
 	}
-	// BEGIN and the claim travel in one round trip.
+	// BEGIN, the transaction's timeouts, the claim and the reset of the lock wait travel in one
+	// round trip.
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(ib.sql.setTimeouts)
 	b.Queue(ib.sql.claim, handler, key)
+	b.Queue(ib.sql.resetLockTimeout)
 	br := ib.pool.SendBatch(ctx, b)
 	tx := br.Tx()
 	_, beginErr := br.Exec()
+	_, setErr := br.Exec()
 	tag, claimErr := br.Exec()
-	err := cmp.Or(beginErr, claimErr, br.Close()) // the first error says what went wrong
+	_, resetErr := br.Exec()
+	err := cmp.Or(beginErr, setErr, claimErr, resetErr, br.Close()) // the first error says what went wrong
 	// The rollback must happen even when ctx is done. After a commit it is a no-op.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err != nil {
+		if connLost(tx) {
+			err = fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		}
 		return 0, claimError(ctx, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return Duplicate, nil
 	}
 	if err := call(withEvent(ctx, handler, key), tx, fn); err != nil {
+		if connLost(tx) {
+			return 0, fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		}
 		return 0, err
 	}
 	if err := context.Cause(ctx); err != nil {
@@ -106,7 +131,18 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	return Processed, nil
 }
 
+// connLost reports whether tx's connection is gone: never had (the pool could not connect) or
+// closed (pgx closes a connection it cannot use any more).
+func connLost(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c == nil || c.PgConn() == nil || c.PgConn().IsClosed()
+}
+
 func claimError(ctx context.Context, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: Config.LockTimeout
+		err = fmt.Errorf("%w: %w", ErrClaimBlocked, err)
+	}
 	if cause := context.Cause(ctx); cause != nil {
 		return fmt.Errorf("inbox: claim: %w (%w)", cause, err)
 	}
@@ -120,7 +156,7 @@ func commitError(err error) error {
 	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) {
 		return fmt.Errorf("inbox: commit: %w", err)
 	}
-	return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+	return fmt.Errorf("%w: %w: %w", ErrCommitUnknown, ErrConnectionLost, err)
 }
 
 // RunTx is [Inbox.Run] for a caller that owns the transaction. It inserts the claim in tx and

@@ -29,6 +29,12 @@ const (
 	DefaultPurgeInterval = time.Hour
 	// DefaultPurgeBatchSize is the number of rows one purge statement deletes.
 	DefaultPurgeBatchSize = 1000
+	// DefaultLockTimeout is how long a claim waits for another transaction's uncommitted claim
+	// of the same event before [Inbox.Run] gives up with [ErrClaimBlocked].
+	DefaultLockTimeout = 5 * time.Second
+	// DefaultIdleInTransactionTimeout is how long the server lets a claim's transaction sit idle
+	// (its client sends nothing) before it ends the session, which rolls the claim back.
+	DefaultIdleInTransactionTimeout = time.Minute
 )
 
 // Config configures an [Inbox]. The zero value is valid and gives the defaults.
@@ -57,6 +63,23 @@ type Config struct {
 
 	// Logger receives the purge loop's reports. nil means slog.Default().
 	Logger *slog.Logger
+
+	// LockTimeout bounds how long [Inbox.Run]'s claim waits for another transaction that holds
+	// an uncommitted claim of the same (handler, event): normally a twin delivery still running,
+	// which commits (this one is then a duplicate) or rolls back (this one runs). When the wait
+	// ends, Run returns an error wrapping [ErrClaimBlocked] and the caller retries later. It applies
+	// to the claim only, not to the handler's own statements. Whole milliseconds; 0 means
+	// DefaultLockTimeout (5 s); negative is an error.
+	LockTimeout time.Duration
+
+	// IdleInTransactionTimeout is the idle_in_transaction_session_timeout of [Inbox.Run]'s
+	// transactions: a transaction whose client sends nothing for this long (a frozen process, a
+	// paused VM, a half-open connection) has its session ended by the server, which rolls its
+	// claim back and frees the event for the redelivery. It must be longer than the longest pause
+	// between a handler's statements (an external call made inside the transaction). It is also
+	// the delay after which a blocked claim is retried (see [Inbox.BlockedRetryDelay]). Whole
+	// milliseconds; 0 means DefaultIdleInTransactionTimeout (1 min); negative is an error.
+	IdleInTransactionTimeout time.Duration
 }
 
 // Inbox records which handler has processed which event, in the caller's PostgreSQL database.
@@ -69,6 +92,9 @@ type Inbox struct {
 
 type statements struct {
 	claim string
+	// Pipelined around the claim: the claim's bounded lock wait and the transaction's idle
+	// bound, then the lock wait back to the session's default for the handler's statements.
+	setTimeouts, resetLockTimeout string
 }
 
 // New returns an inbox that uses pool. It does no I/O: call [Inbox.Check] at start, after
@@ -86,6 +112,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, DefaultPurgeInterval)
 	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, DefaultPurgeBatchSize)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -100,6 +128,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		sql: statements{
 			claim: "INSERT INTO " + sqlident.Quote(c.Schema, "processed_messages") +
 				" (handler, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+			// Integers we format (milliseconds), never user text. SET LOCAL ends with the
+			// transaction, so nothing leaks onto the pooled connection.
+			setTimeouts: fmt.Sprintf("SELECT set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)",
+				c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds()),
+			resetLockTimeout: "SET LOCAL lock_timeout TO DEFAULT",
 		},
 	}, nil
 }
@@ -114,6 +147,13 @@ func (c *Config) validate() error {
 	if c.PurgeInterval < 0 {
 		return fmt.Errorf("inbox: Config.PurgeInterval is %v; it must be positive (0 means %v)", c.PurgeInterval, DefaultPurgeInterval)
 	}
+	if c.LockTimeout < 0 || c.LockTimeout%time.Millisecond != 0 {
+		return fmt.Errorf("inbox: Config.LockTimeout is %v; it must be positive whole milliseconds (0 means %v)", c.LockTimeout, DefaultLockTimeout)
+	}
+	if c.IdleInTransactionTimeout < 0 || c.IdleInTransactionTimeout%time.Millisecond != 0 {
+		return fmt.Errorf("inbox: Config.IdleInTransactionTimeout is %v; it must be positive whole milliseconds (0 means %v)",
+			c.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
+	}
 	if c.PurgeBatchSize < 0 {
 		return fmt.Errorf("inbox: Config.PurgeBatchSize is %d; it must be positive (0 means %d)", c.PurgeBatchSize, DefaultPurgeBatchSize)
 	}
@@ -125,6 +165,15 @@ func (ib *Inbox) Schema() string { return ib.cfg.Schema }
 
 // Retention returns how long processed rows are kept.
 func (ib *Inbox) Retention() time.Duration { return ib.cfg.Retention }
+
+// BlockedRetryDelay is how long a caller should wait before it retries an event whose claim was
+// blocked ([ErrClaimBlocked]): Config.IdleInTransactionTimeout. By then a holder that was frozen
+// has had its session ended by the server, and a holder that was running has most likely
+// committed, so the retry runs or is a duplicate instead of blocking again.
+func (ib *Inbox) BlockedRetryDelay() time.Duration { return ib.cfg.IdleInTransactionTimeout }
+
+// IdleInTransactionTimeout returns Config.IdleInTransactionTimeout with its default filled in.
+func (ib *Inbox) IdleInTransactionTimeout() time.Duration { return ib.cfg.IdleInTransactionTimeout }
 
 // Pool returns the pool the inbox uses.
 func (ib *Inbox) Pool() *pgxpool.Pool { return ib.pool }

@@ -59,7 +59,7 @@ func TestBadKeyGoesToDLQGoAws(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	c := srv.Client()
-	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "badkey", MaxReceiveCount: 2})
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "badkey", MaxReceiveCount: 3})
 	if err := sqstest.Send(t.Context(), c, q.URL, []sqstest.Message{{Body: `{"no_id":1}`}, {Body: `not json`}}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +71,8 @@ func TestBadKeyGoesToDLQGoAws(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.effects`); n != 0 {
 		t.Errorf("%d effects, want 0", n)
 	}
-	if f := met.failed.Load(); f != 4 {
-		t.Errorf("failed = %d, want 2 messages × maxReceiveCount 2", f)
+	if f := met.failed.Load(); f != 6 {
+		t.Errorf("failed = %d, want 2 messages × maxReceiveCount 3", f)
 	}
 }
 
@@ -97,13 +97,15 @@ func TestAttributeKeyGoAws(t *testing.T) {
 }
 
 // TestStartRefusesShortRetentionGoAws (GoAws): the worker does not start when the inbox would
-// forget events the queue (or its DLQ) can still redeliver, or when the schema is not migrated.
+// forget events the queue (or its DLQ) can still redeliver, when the schema is not migrated, or
+// when the redrive policy's maxReceiveCount is too low to outlast a frozen claim holder.
 func TestStartRefusesShortRetentionGoAws(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	c := srv.Client()
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "retention", Retention: time.Hour})
 	qd := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "retention-dlq", Retention: time.Hour, MaxReceiveCount: 3})
+	q2 := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "retention-mrc2", Retention: time.Hour, MaxReceiveCount: 2})
 
 	short := newInbox(t, b.pool, b.schema, &inbox.Config{Retention: 2 * time.Hour})
 	for _, tc := range []struct {
@@ -113,7 +115,8 @@ func TestStartRefusesShortRetentionGoAws(t *testing.T) {
 	}{
 		{q.URL, short, false}, // 2 h ≥ 1 h
 		{qd.URL, short, true}, // the DLQ keeps 14 days
-		{qd.URL, b.ib, false}, // the default retention is 14 days
+		{qd.URL, b.ib, false}, // the default retention is 28 days
+		{q2.URL, b.ib, true},  // maxReceiveCount 2 cannot outlast a frozen claim holder
 		{q.URL, newInbox(t, b.pool, "not_migrated", nil), true},
 	} {
 		h, err := newHandler(tc.ib)

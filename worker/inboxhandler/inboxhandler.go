@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strings"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/worker"
@@ -50,9 +47,13 @@ func New(ib *inbox.Inbox, name string, key KeyFunc, fn Func) (*Handler, error) {
 
 // Handle takes m's key and runs fn once per key. It returns nil when fn's work committed,
 // [worker.ErrDuplicate] when the event was processed before, the key's error (which sends the
-// message the retry-then-DLQ way) when it has no valid key, and [worker.Unavailable] wrapping
-// the error when the database could not be reached or a commit's outcome is unknown: the worker
-// then does not delete the message, and pauses its pollers.
+// message the retry-then-DLQ way) when it has no valid key, [worker.RetryBlocked] when another
+// transaction holds the event's uncommitted claim (retried after the inbox's
+// IdleInTransactionTimeout, by when a frozen holder has been ended), and [worker.Unavailable]
+// wrapping the error when the inbox's own connection failed or a commit's outcome is unknown:
+// the worker then does not delete the message, and pauses its pollers. Any other error of fn is
+// returned as it is: a failure of this message, not of the database. fn can return
+// [worker.Unavailable] itself for a dependency that every message needs.
 func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	key, err := h.key(m)
 	if err != nil {
@@ -62,45 +63,51 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 		return h.fn(ctx, tx, m)
 	})
 	switch {
-	case err != nil:
-		if ctx.Err() == nil && isUnavailable(err) {
-			return worker.Unavailable(err)
-		}
-		return err
-	case out == inbox.Duplicate:
+	case err == nil && out == inbox.Duplicate:
 		return worker.ErrDuplicate
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return err
+	case errors.Is(err, inbox.ErrClaimBlocked):
+		return worker.RetryBlocked(h.ib.BlockedRetryDelay(), err)
+	case errors.Is(err, inbox.ErrConnectionLost):
+		return worker.Unavailable(err)
 	}
-	return nil
+	return err
 }
 
-// CheckQueue runs the inbox's start-up checks (migrated schema, durable commits) and refuses a
-// retention shorter than the queue's redelivery horizon (its MessageRetentionPeriod, or its
-// dead-letter queue's if longer).
+// minMaxReceiveCount is the smallest maxReceiveCount with which an event survives a consumer
+// frozen while it holds the event's claim: the delivery to the frozen consumer, one redelivery
+// that finds the claim blocked and waits IdleInTransactionTimeout (by then the server has ended
+// the frozen session), and one that runs.
+const minMaxReceiveCount = 3
+
+// CheckQueue runs the inbox's start-up checks (migrated schema, durable commits), refuses a
+// retention shorter than the queue's redelivery horizon (see [worker.Queue.RedeliveryHorizon]),
+// and refuses a redrive policy whose maxReceiveCount is under 3: with fewer receives, an event
+// whose claim is held by a frozen consumer reaches the dead-letter queue before the server has
+// ended that consumer's session (inbox Config.IdleInTransactionTimeout), and nobody applies it.
+// Errors name the database server.
 func (h *Handler) CheckQueue(ctx context.Context, q *worker.Queue) error {
 	if err := h.ib.Check(ctx); err != nil {
-		return err
+		cc := h.ib.Pool().Config().ConnConfig
+		return fmt.Errorf("inboxhandler: database %s:%d/%s: %w", cc.Host, cc.Port, cc.Database, err)
+	}
+	if q.MaxReceiveCount > 0 && q.MaxReceiveCount < minMaxReceiveCount {
+		return fmt.Errorf("inboxhandler: queue %s has maxReceiveCount %d; the inbox needs at least %d: "+
+			"a consumer frozen while it holds an event's claim keeps it until the database ends its session "+
+			"(inbox Config.IdleInTransactionTimeout, %v), and the event needs one delivery to that consumer, "+
+			"one blocked retry and one that runs, or it is dead-lettered unapplied; raise maxReceiveCount",
+			q.Name, q.MaxReceiveCount, minMaxReceiveCount, h.ib.IdleInTransactionTimeout())
 	}
 	return h.ib.CheckRetention(q.RedeliveryHorizon())
 }
 
-// isUnavailable reports whether err says the database could not be used at all, as opposed to a
-// failure of this message's work.
-func isUnavailable(err error) bool {
-	if errors.Is(err, inbox.ErrCommitUnknown) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutdown, cannot connect now
-			pgErr.Code == "53300": // too many connections
-			return true
-		}
-		return false
-	}
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
+// LogValue describes the handler for the worker's start-up log line: its name and the inbox's
+// retention and timeouts.
+func (h *Handler) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", h.name), slog.String("inbox_schema", h.ib.Schema()),
+		slog.Duration("inbox_retention", h.ib.Retention()),
+		slog.Duration("idle_in_transaction_timeout", h.ib.IdleInTransactionTimeout()))
 }

@@ -3,6 +3,9 @@ package inboxhandler_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +47,17 @@ func TestUnavailableClassification(t *testing.T) {
 			_, err := tx.Exec(ctx, `SELECT * FROM no_such_table`)
 			return err
 		},
+		// The handler's own I/O failures are this message's, not the database's: they must not
+		// pause every poller.
+		"truncated body": func(context.Context, pgx.Tx, *worker.Message) error {
+			return fmt.Errorf("decode order: %w", io.ErrUnexpectedEOF)
+		},
+		"downstream EOF": func(context.Context, pgx.Tx, *worker.Message) error {
+			return fmt.Errorf("call the carrier: %w", io.EOF)
+		},
+		"downstream timeout": func(context.Context, pgx.Tx, *worker.Message) error {
+			return fmt.Errorf("call the carrier: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "i/o timeout", IsTimeout: true}})
+		},
 	} {
 		h, err := inboxhandler.New(b.ib, "h-"+name, nil, fn)
 		if err != nil {
@@ -63,5 +77,17 @@ func TestUnavailableClassification(t *testing.T) {
 	}
 	if err := h2.Handle(context.Background(), m); !errors.Is(err, worker.ErrDuplicate) {
 		t.Errorf("second delivery: Handle = %v, want ErrDuplicate", err)
+	}
+
+	// The inbox's own connection ended under the handler: that is the database's failure.
+	killed, err := inboxhandler.New(b.ib, "killed", nil, func(ctx context.Context, tx pgx.Tx, _ *worker.Message) error {
+		_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := killed.Handle(context.Background(), msg(`{"id":"evt_2"}`, nil)); !errors.As(err, &ue) {
+		t.Errorf("connection ended under the handler: Handle = %v, want worker.Unavailable", err)
 	}
 }
