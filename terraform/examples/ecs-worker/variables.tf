@@ -42,7 +42,7 @@ variable "desired_count" {
 }
 
 variable "inbox_retention_seconds" {
-  description = "The worker's inbox retention (inbox.Config.Retention; default 14 days). Plan fails if it is shorter than the queue's redelivery horizon."
+  description = "The worker's inbox retention (inbox.Config.Retention; default 28 days). Plan fails if it is shorter than the queue's redelivery horizon."
   type        = number
   default     = 1209600
 }

@@ -39,13 +39,13 @@ output "message_retention_seconds" {
 }
 
 output "dlq_message_retention_seconds" {
-  description = "The DLQ's retention. The worker's inbox retention must be at least the longer of the two retentions (redelivery_horizon_seconds)."
+  description = "The DLQ's retention. The worker's inbox retention must be at least redelivery_horizon_seconds."
   value       = aws_sqs_queue.dlq.message_retention_seconds
 }
 
 output "redelivery_horizon_seconds" {
-  description = "The longest time after which SQS can deliver a message again (the longer retention of the queue and the DLQ): the shortest inbox retention the worker accepts."
-  value       = max(aws_sqs_queue.this.message_retention_seconds, aws_sqs_queue.dlq.message_retention_seconds)
+  description = "The longest time after which SQS can deliver a message again, the shortest inbox retention the worker accepts: on a standard queue the longer retention of the queue and the DLQ (a dead-lettered message keeps its original send time); on a FIFO queue their sum (its age restarts in the DLQ)."
+  value       = var.fifo_queue ? aws_sqs_queue.this.message_retention_seconds + aws_sqs_queue.dlq.message_retention_seconds : max(aws_sqs_queue.this.message_retention_seconds, aws_sqs_queue.dlq.message_retention_seconds)
 }
 
 output "max_receive_count" {

@@ -48,7 +48,7 @@ variable "message_retention_seconds" {
 }
 
 variable "dlq_message_retention_seconds" {
-  description = "How long the DLQ keeps a message, in seconds. It must be longer than message_retention_seconds: on a standard queue a message's age in the DLQ counts from its original send, so an equal retention could expire a message the moment it is dead-lettered. Default: 1209600 (14 days, the SQS maximum)."
+  description = "How long the DLQ keeps a message, in seconds. On a standard queue it must be longer than message_retention_seconds: a message's age in the DLQ counts from its original send, so an equal retention could expire a message the moment it is dead-lettered. On a FIFO queue a message's age restarts when it moves to the DLQ, so any retention works, and the redelivery horizon is the sum of the two. Default: 1209600 (14 days, the SQS maximum)."
   type        = number
   default     = 1209600
 
@@ -58,8 +58,8 @@ variable "dlq_message_retention_seconds" {
   }
 
   validation {
-    condition     = var.dlq_message_retention_seconds > var.message_retention_seconds
-    error_message = "dlq_message_retention_seconds must be longer than message_retention_seconds: a message's age in the DLQ counts from its original send."
+    condition     = var.fifo_queue || var.dlq_message_retention_seconds > var.message_retention_seconds
+    error_message = "dlq_message_retention_seconds must be longer than message_retention_seconds: on a standard queue a message's age in the DLQ counts from its original send."
   }
 }
 
@@ -75,13 +75,13 @@ variable "receive_wait_time_seconds" {
 }
 
 variable "max_receive_count" {
-  description = "Receives after which SQS moves a message to the DLQ (the redrive policy's maxReceiveCount; SQS: 1 to 1000). Default: 5."
+  description = "Receives after which SQS moves a message to the DLQ (the redrive policy's maxReceiveCount; SQS: 1 to 1000). The inbox worker needs at least 3: a consumer frozen while it holds an event's claim keeps it until the database ends its session, and the event needs one delivery to that consumer, one blocked retry and one that runs; the worker refuses to start below 3. Default: 5."
   type        = number
   default     = 5
 
   validation {
-    condition     = var.max_receive_count >= 1 && var.max_receive_count <= 1000 && floor(var.max_receive_count) == var.max_receive_count
-    error_message = "max_receive_count must be a whole number from 1 to 1000."
+    condition     = var.max_receive_count >= 3 && var.max_receive_count <= 1000 && floor(var.max_receive_count) == var.max_receive_count
+    error_message = "max_receive_count must be a whole number from 3 to 1000 (SQS accepts 1, but the inbox worker refuses fewer than 3 receives: an event held by a frozen consumer would be dead-lettered unapplied)."
   }
 }
 
@@ -114,13 +114,13 @@ variable "resolve_queue_by_name" {
 }
 
 variable "inbox_retention_seconds" {
-  description = "The worker's inbox retention, in seconds, if you want plan to check it. The inbox must remember a processed event for as long as SQS can deliver it again: the queue's retention, or the DLQ's if that is longer (a message can be redriven back from the DLQ, and its age counts from the original send). The worker reads both retentions at start and refuses a shorter inbox retention; this makes plan fail first. Default: null (not checked; the inbox's default retention is 14 days)."
+  description = "The worker's inbox retention, in seconds, if you want plan to check it. The inbox must remember a processed event for as long as SQS can deliver it again (redelivery_horizon_seconds): on a standard queue the longer of the queue's and the DLQ's retention (a message can be redriven back from the DLQ, and its age counts from the original send); on a FIFO queue their sum (the age restarts in the DLQ). The worker reads both retentions at start and refuses a shorter inbox retention; this makes plan fail first. Default: null (not checked; the inbox's default retention is 28 days, enough for any queue)."
   type        = number
   default     = null
 
   validation {
-    condition     = var.inbox_retention_seconds == null || try(var.inbox_retention_seconds >= max(var.message_retention_seconds, var.dlq_message_retention_seconds), false)
-    error_message = "inbox_retention_seconds is shorter than the queue's redelivery horizon (the longer of message_retention_seconds and dlq_message_retention_seconds): the inbox would forget events that SQS can still deliver again, and the redelivery would run its handler twice. The worker refuses to start with it. Raise the inbox retention (its default is 14 days) or lower the queues' retention."
+    condition     = var.inbox_retention_seconds == null || try(var.inbox_retention_seconds >= (var.fifo_queue ? var.message_retention_seconds + var.dlq_message_retention_seconds : max(var.message_retention_seconds, var.dlq_message_retention_seconds)), false)
+    error_message = "inbox_retention_seconds is shorter than the queue's redelivery horizon (standard: the longer of message_retention_seconds and dlq_message_retention_seconds; FIFO: their sum): the inbox would forget events that SQS can still deliver again, and the redelivery would run its handler twice. The worker refuses to start with it. Raise the inbox retention (its default is 28 days) or lower the queues' retention."
   }
 }
 

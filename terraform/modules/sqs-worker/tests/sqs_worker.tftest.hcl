@@ -302,7 +302,8 @@ run "fifo" {
 }
 
 # The retention rule: the inbox must remember an event as long as SQS can deliver it again, that
-# is the longer retention of the queue and its DLQ (messages can be redriven back).
+# is, on a standard queue, the longer retention of the queue and its DLQ (messages can be
+# redriven back).
 
 run "inbox_retention_equal_to_the_horizon_is_accepted" {
   command = plan
@@ -339,6 +340,63 @@ run "inbox_retention_between_queue_and_dlq_fails" {
   }
 
   expect_failures = [var.inbox_retention_seconds]
+}
+
+# FIFO: a message's age restarts when it moves to the DLQ, so the horizon is the sum of the two
+# retentions, and the DLQ's may be shorter than the queue's.
+
+run "fifo_horizon_is_the_sum" {
+  command = plan
+
+  variables {
+    fifo_queue                    = true
+    message_retention_seconds     = 345600
+    dlq_message_retention_seconds = 1209600
+    inbox_retention_seconds       = 2419200 # 28 days, the inbox's default
+  }
+
+  assert {
+    condition     = output.redelivery_horizon_seconds == 345600 + 1209600
+    error_message = "A FIFO queue's redelivery horizon must be its retention plus its DLQ's."
+  }
+}
+
+run "fifo_inbox_retention_of_the_dlq_alone_fails" {
+  command = plan
+
+  variables {
+    fifo_queue                    = true
+    message_retention_seconds     = 345600
+    dlq_message_retention_seconds = 1209600
+    inbox_retention_seconds       = 1209600 # enough on a standard queue, not on FIFO
+  }
+
+  expect_failures = [var.inbox_retention_seconds]
+}
+
+run "fifo_dlq_retention_may_be_shorter" {
+  command = plan
+
+  variables {
+    fifo_queue                    = true
+    message_retention_seconds     = 1209600
+    dlq_message_retention_seconds = 345600
+  }
+
+  assert {
+    condition     = output.redelivery_horizon_seconds == 1209600 + 345600
+    error_message = "A FIFO DLQ shorter than its queue must be accepted, with the sum as the horizon."
+  }
+}
+
+run "max_receive_count_under_three_fails" {
+  command = plan
+
+  variables {
+    max_receive_count = 2
+  }
+
+  expect_failures = [var.max_receive_count]
 }
 
 run "dlq_retention_equal_to_the_queue_fails" {
