@@ -3,11 +3,14 @@ package inboxhandler_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
@@ -145,4 +148,49 @@ func TestStartRefusesShortRetentionGoAws(t *testing.T) {
 
 func newHandler(ib *inbox.Inbox) (worker.Handler, error) {
 	return inboxhandler.New(ib, "h", nil, func(context.Context, pgx.Tx, *worker.Message) error { return nil })
+}
+
+// TestStartNamesASilentDatabaseGoAws (GoAws, and a local TCP listener standing in for a database
+// that accepts connections and never answers): Start gives up after Config.StartTimeout with an
+// error that names the database, instead of hanging.
+func TestStartNamesASilentDatabaseGoAws(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	pool, err := pgxpool.New(t.Context(), "postgres://app@"+l.Addr().String()+"/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	h, err := newHandler(newInbox(t, pool, "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "silentdb", MaxReceiveCount: 3})
+	w, err := worker.New(srv.Client(), &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: h,
+		StartTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err = w.Start(ctx)
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("Start = %v (caller's deadline passed: %v), want a refusal within StartTimeout", err, ctx.Err() != nil)
+	}
+	if !strings.Contains(err.Error(), "database "+l.Addr().String()) {
+		t.Errorf("Start = %v; want it to name the database %s", err, l.Addr())
+	}
 }
