@@ -1,14 +1,22 @@
 // Package sqstest gives the test packages of sqsinbox a real SQS-compatible server.
 //
 // When AWS_ENDPOINT_URL_SQS (or AWS_ENDPOINT_URL) is set, [Start] uses that server (LocalStack,
-// or real SQS) unchanged. Otherwise it builds GoAws v0.5.4 from the repository's nested tools
-// module into the user's cache directory (once), starts it on a free 127.0.0.1 port with a
-// throwaway config, and points AWS_ENDPOINT_URL_SQS at it, so that clients made with the standard
-// AWS configuration chain (and child processes) reach it. Dummy credentials and a region are set
-// when none are present. Tests never skip: when no server can be had they fail with the reason.
+// or real SQS) unchanged. Otherwise it starts one on a free 127.0.0.1 port, chosen by
+// SQSINBOX_TEST_SQS:
 //
-// Against an external GoAws, also set SQSINBOX_TEST_GOAWS=1 so that helpers such as [Count]
-// allow for its quirks.
+//   - goaws (the default): GoAws v0.5.4, built from the repository's nested tools module into the
+//     user's cache directory (once), with a throwaway config.
+//   - fauxqs: fauxqs 2.4.1 and the Node 22 it needs, installed with npm ci from
+//     internal/tools/fauxqs into the user's cache directory (once).
+//
+// Either way it points AWS_ENDPOINT_URL_SQS at the server, so that clients made with the standard
+// AWS configuration chain (and child processes) reach it, and the kernel kills the server when
+// the test binary dies. Dummy credentials and a region are set when none are present. Tests never
+// skip: when no server can be had they fail with the reason. TESTING.md lists each server's quirks.
+//
+// Against a server the harness did not start, SQSINBOX_TEST_SQS says which one it is (or, as
+// before, SQSINBOX_TEST_GOAWS=1 says it is GoAws), so that [Server.Kind] and helpers such as
+// [Count] allow for its quirks; unset, it counts as [KindOther].
 //
 // Queues get unique names and are created one at a time (GoAws crashes when queues are created
 // while other requests are in flight), and are never deleted under load.
@@ -16,14 +24,11 @@ package sqstest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,26 +46,38 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
-// GoAwsVersion is the GoAws version the harness builds.
-const GoAwsVersion = "v0.5.4"
-
 const modulePath = "github.com/sqsinbox/sqsinbox"
+
+// Kind says which SQS server the tests run against, so that a test can allow for its quirks.
+type Kind string
+
+const (
+	// KindGoAws is GoAws v0.5.4.
+	KindGoAws Kind = "goaws"
+	// KindFauxqs is fauxqs 2.4.1.
+	KindFauxqs Kind = "fauxqs"
+	// KindOther is a server the harness did not start and was not told about: LocalStack, real
+	// SQS, or anything else.
+	KindOther Kind = "other"
+)
 
 // Server is an SQS-compatible server for the tests.
 type Server struct {
 	// Endpoint is the server's base URL.
 	Endpoint string
-	// GoAws is true when the harness started GoAws itself (its quirks then apply; see
-	// EMULATORS.md).
+	// Kind is the server's kind (see TESTING.md for each one's quirks).
+	Kind Kind
+	// GoAws is true when Kind is KindGoAws.
 	GoAws bool
 
 	cmd     *exec.Cmd
 	dir     string
 	exited  chan struct{}
-	stderr  *bytes.Buffer
+	output  Buffer     // the process's stdout and stderr
 	mu      sync.Mutex // serialises queue creation
 	client  *sqs.Client
 	created []string // queue URLs, deleted at Close on a server the harness did not start
+	env     func()   // restores the environment Start changed for a server it started
 }
 
 // Main starts a server for a test binary, runs its tests and stops the server. Use it from
@@ -77,28 +94,42 @@ func Main(m *testing.M, out **Server) {
 	os.Exit(code)
 }
 
-// Start returns a server: the one the environment names, or a GoAws it starts. The caller must
-// call Close.
+// Start returns a server: the one the environment names, or one it starts (see the package
+// doc). The caller must call Close.
 func Start(ctx context.Context) (*Server, error) {
 	setDefault("AWS_ACCESS_KEY_ID", "test")
 	setDefault("AWS_SECRET_ACCESS_KEY", "test")
 	if os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
 		_ = os.Setenv("AWS_REGION", "us-east-1")
 	}
+	kind := Kind(os.Getenv(EnvServer))
+	switch kind {
+	case "", KindGoAws, KindFauxqs:
+	default:
+		return nil, fmt.Errorf("sqstest: %s=%q: want %s or %s", EnvServer, kind, KindGoAws, KindFauxqs)
+	}
 	if ep := cmpOr(os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")); ep != "" {
-		s := &Server{Endpoint: ep, GoAws: os.Getenv(envChildGoAws) == "1"}
+		if kind == "" {
+			kind = KindOther
+			if os.Getenv(envChildGoAws) == "1" {
+				kind = KindGoAws
+			}
+		}
+		s := &Server{Endpoint: ep}
+		s.setKind(kind)
 		return s, s.init(ctx)
 	}
-	bin, err := goawsBinary(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sqstest: AWS_ENDPOINT_URL_SQS is not set and GoAws %s could not be built: %w", GoAwsVersion, err)
+	start := startGoAws
+	if kind == KindFauxqs {
+		start = startFauxqs
 	}
-	s, err := startGoAws(ctx, bin)
+	s, err := start(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sqstest: AWS_ENDPOINT_URL_SQS is not set and GoAws %s could not be started: %w", GoAwsVersion, err)
+		return nil, fmt.Errorf("sqstest: AWS_ENDPOINT_URL_SQS is not set, and %w", err)
 	}
+	s.env = saveEnv("AWS_ENDPOINT_URL_SQS", EnvServer, envChildGoAws)
 	_ = os.Setenv("AWS_ENDPOINT_URL_SQS", s.Endpoint)
-	_ = os.Setenv(envChildGoAws, "1") // so child processes know the quirks apply
+	s.setKind(s.Kind) // so child processes know which quirks apply
 	if err := s.init(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -106,7 +137,30 @@ func Start(ctx context.Context) (*Server, error) {
 	return s, nil
 }
 
+// EnvServer names the environment variable that picks the server the harness starts (goaws, the
+// default, or fauxqs), or says which one AWS_ENDPOINT_URL_SQS names.
+const EnvServer = "SQSINBOX_TEST_SQS"
+
+// envChildGoAws is "1" when the server is GoAws. Older than EnvServer, it is still set for the
+// test binaries and scripts that read it.
 const envChildGoAws = "SQSINBOX_TEST_GOAWS"
+
+// setKind records the server's kind, and exports it to child processes (which reach the same
+// server through AWS_ENDPOINT_URL_SQS and build their own Server from the environment).
+func (s *Server) setKind(k Kind) {
+	s.Kind = k
+	s.GoAws = k == KindGoAws
+	if k == KindOther {
+		_ = os.Unsetenv(EnvServer)
+	} else {
+		_ = os.Setenv(EnvServer, string(k))
+	}
+	if s.GoAws {
+		_ = os.Setenv(envChildGoAws, "1")
+	} else {
+		_ = os.Unsetenv(envChildGoAws)
+	}
+}
 
 func setDefault(k, v string) {
 	if os.Getenv(k) == "" {
@@ -123,7 +177,7 @@ func cmpOr(a, b string) string {
 
 // init makes the shared client. It passes worker.PlainRequestBodies: without it, the SDK can
 // retry a ReceiveMessage whose answer it lost, and a test's own receive then leaves up to ten
-// messages invisible for the visibility timeout (EMULATORS.md; aws-sdk-go-v2 #2737).
+// messages invisible for the visibility timeout (TESTING.md; aws-sdk-go-v2 #2737).
 func (s *Server) init(ctx context.Context) error {
 	c, err := s.NewClient(ctx, worker.PlainRequestBodies)
 	if err != nil {
@@ -146,8 +200,8 @@ func (s *Server) NewClient(ctx context.Context, optFns ...func(*sqs.Options)) (*
 // Client returns the harness's own client.
 func (s *Server) Client() *sqs.Client { return s.client }
 
-// Pid returns the process id of the GoAws the harness started, or 0 for a server it did not
-// start.
+// Pid returns the process id of the server the harness started (GoAws, or the Node running
+// fauxqs), or 0 for a server it did not start.
 func (s *Server) Pid() int {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return 0
@@ -155,8 +209,9 @@ func (s *Server) Pid() int {
 	return s.cmd.Process.Pid
 }
 
-// Close stops the server if the harness started it. On a server it did not start (LocalStack,
-// real SQS) it deletes the queues it created instead; by then no test sends traffic.
+// Close stops the server if the harness started it, and sets back the environment variables
+// Start set for it. On a server it did not start (LocalStack, real SQS) it deletes the queues it
+// created instead; by then no test sends traffic.
 func (s *Server) Close() {
 	if s.cmd == nil {
 		if s.client == nil {
@@ -172,13 +227,40 @@ func (s *Server) Close() {
 		s.created = nil
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	_ = os.RemoveAll(s.dir)
-	s.cmd = nil
+	if s.stop() {
+		// It died under the tests (GoAws crashes on some concurrent requests): say so, with
+		// what it printed, beside the failures this caused.
+		fmt.Fprintf(os.Stderr, "sqstest: %s had exited before Close: %s\n", s.Kind, tail(s.output.String(), 4000))
+	}
+	if s.env != nil {
+		s.env() // the endpoint is gone: a later Start in this process starts a new server
+		s.env = nil
+	}
 }
 
-// Alive reports an error if a GoAws started by the harness has exited (it crashes on some
+// saveEnv returns a function that sets the variables named back to their present values.
+func saveEnv(names ...string) func() {
+	type saved struct {
+		v  string
+		ok bool
+	}
+	was := make(map[string]saved, len(names))
+	for _, n := range names {
+		v, ok := os.LookupEnv(n)
+		was[n] = saved{v, ok}
+	}
+	return func() {
+		for n, w := range was {
+			if w.ok {
+				_ = os.Setenv(n, w.v)
+			} else {
+				_ = os.Unsetenv(n)
+			}
+		}
+	}
+}
+
+// Alive reports an error if a server started by the harness has exited (GoAws crashes on some
 // concurrent requests), with the end of its output.
 func (s *Server) Alive() error {
 	if s.cmd == nil {
@@ -186,11 +268,15 @@ func (s *Server) Alive() error {
 	}
 	select {
 	case <-s.exited:
-		return fmt.Errorf("sqstest: GoAws exited: %s", tail(s.stderr.String(), 2000))
+		return fmt.Errorf("sqstest: %s exited: %s", s.Kind, tail(s.output.String(), 2000))
 	default:
 		return nil
 	}
 }
+
+// Output returns what the server the harness started has printed so far (stdout and stderr;
+// GoAws logs warnings, fauxqs only errors), for a test to show when it fails.
+func (s *Server) Output() string { return s.output.String() }
 
 func tail(s string, n int) string {
 	if len(s) > n {
@@ -224,124 +310,6 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("no go.mod of module %s above the working directory", modulePath)
 		}
 		dir = parent
-	}
-}
-
-var buildMu sync.Mutex
-
-// goawsBinary returns the cached GoAws binary, building it first if needed.
-func goawsBinary(ctx context.Context) (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(cache, "sqsinbox", "goaws-"+GoAwsVersion)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	root, err := repoRoot()
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return "", err
-	}
-	// Build to a temporary name and rename, so concurrent test binaries never run half a file.
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
-	cmd := exec.CommandContext(ctx, "go", "build", "-C", filepath.Join(root, "internal", "tools", "goaws"),
-		"-o", tmp, "github.com/Admiral-Piett/goaws/app/cmd")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w: %s", err, out)
-	}
-	return bin, os.Rename(tmp, bin)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func startGoAws(ctx context.Context, bin string) (*Server, error) {
-	var lastErr error
-	for range 3 { // the free port can be taken between the probe and GoAws's listen
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		s, err := tryGoAws(ctx, bin, port)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-	}
-	return nil, lastErr
-}
-
-func tryGoAws(ctx context.Context, bin string, port int) (*Server, error) {
-	dir, err := os.MkdirTemp("", "sqstest-goaws-")
-	if err != nil {
-		return nil, err
-	}
-	conf := fmt.Sprintf(`Test:
-  Host: 127.0.0.1
-  Port: "%d"
-  Region: us-east-1
-  AccountId: "000000000000"
-  LogToFile: false
-  EnableDuplicates: true
-  QueueAttributeDefaults:
-    VisibilityTimeout: 30
-    ReceiveMessageWaitTimeSeconds: 0
-    MaximumMessageSize: 262144
-  Queues: []
-  Topics: []
-`, port)
-	cfgPath := filepath.Join(dir, "goaws.yaml")
-	if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	s := &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), GoAws: true, dir: dir,
-		exited: make(chan struct{}), stderr: new(bytes.Buffer)}
-	s.cmd = exec.Command(bin, "-config", cfgPath, "-loglevel", "warn", "Test")
-	s.cmd.SysProcAttr = procAttr()
-	s.cmd.Dir = dir
-	s.cmd.Stdout = s.stderr
-	s.cmd.Stderr = s.stderr
-	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/health", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		select {
-		case <-s.exited:
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("GoAws exited at start: %s", tail(s.stderr.String(), 2000))
-		case <-ctx.Done():
-			s.Close()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Close()
-			return nil, fmt.Errorf("GoAws did not answer /health within 30 s: %s", tail(s.stderr.String(), 2000))
-		}
 	}
 }
 
