@@ -2,7 +2,9 @@ package sqstest_test
 
 import (
 	"context"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +57,26 @@ func TestQueuesGoAws(t *testing.T) {
 	}
 	if err := srv.Alive(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKind: the server's kind shows in both of its fields and in the environment that child
+// processes inherit, and an unknown SQSINBOX_TEST_SQS is refused.
+func TestKind(t *testing.T) {
+	if srv.GoAws != (srv.Kind == sqstest.KindGoAws) {
+		t.Errorf("Kind %s, GoAws %t", srv.Kind, srv.GoAws)
+	}
+	if got := os.Getenv("SQSINBOX_TEST_GOAWS") == "1"; got != srv.GoAws {
+		t.Errorf("SQSINBOX_TEST_GOAWS=%q on %s", os.Getenv("SQSINBOX_TEST_GOAWS"), srv.Kind)
+	}
+	if got := os.Getenv(sqstest.EnvServer); srv.Kind != sqstest.KindOther && got != string(srv.Kind) {
+		t.Errorf("%s=%q on %s", sqstest.EnvServer, got, srv.Kind)
+	}
+	t.Setenv(sqstest.EnvServer, "goas")
+	if s, err := sqstest.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "want goaws or fauxqs") {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("Start with %s=goas: %v", sqstest.EnvServer, err)
 	}
 }
