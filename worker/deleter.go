@@ -1,14 +1,8 @@
 package worker
 
 import (
-	"context"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 const (
@@ -25,21 +19,24 @@ type pendingDelete struct {
 }
 
 // deleter batches the deletes of finished messages into DeleteMessageBatch calls of up to ten,
-// sent when a batch is full or DeleteInterval after its first entry.
+// sent when a batch is full or interval after its first entry.
 type deleter struct {
-	w     *Worker
-	in    chan pendingDelete
-	calls chan struct{} // semaphore of calls in flight
-	sends sync.WaitGroup
-	done  chan struct{}
+	sw       *sqsWriter
+	interval time.Duration
+	in       chan pendingDelete
+	calls    chan struct{} // semaphore of calls in flight
+	sends    sync.WaitGroup
+	done     chan struct{}
 }
 
-func newDeleter(w *Worker) *deleter {
+// newDeleter starts a deleter; queued is how many pending deletes it buffers before add blocks.
+func newDeleter(sw *sqsWriter, interval time.Duration, queued int) *deleter {
 	d := &deleter{
-		w:     w,
-		in:    make(chan pendingDelete, w.cfg.Concurrency+MaxBatchSize),
-		calls: make(chan struct{}, maxDeleteCalls),
-		done:  make(chan struct{}),
+		sw:       sw,
+		interval: interval,
+		in:       make(chan pendingDelete, queued),
+		calls:    make(chan struct{}, maxDeleteCalls),
+		done:     make(chan struct{}),
 	}
 	go d.run()
 	return d
@@ -87,7 +84,7 @@ func (d *deleter) run() {
 				timer.Stop()
 				flush()
 			} else if len(batch) == 1 {
-				timer.Reset(d.w.cfg.DeleteInterval)
+				timer.Reset(d.interval)
 			}
 		case <-timer.C:
 			flush()
@@ -97,50 +94,18 @@ func (d *deleter) run() {
 
 // send deletes b, retrying only the entries that failed.
 func (d *deleter) send(b []pendingDelete) {
-	w := d.w
 	for attempt := 1; len(b) > 0; attempt++ {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.workCtx), callTimeout)
-		entries := make([]types.DeleteMessageBatchRequestEntry, len(b))
-		for i := range b {
-			entries[i] = types.DeleteMessageBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(b[i].m.ReceiptHandle),
-			}
-		}
-		out, err := w.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &w.queue.URL, Entries: entries}, PlainRequestBodies)
-		cancel()
-		var retry []pendingDelete
-		if err != nil {
-			retry = b
-		} else {
-			failed := make(map[int]string, len(out.Failed))
-			for _, f := range out.Failed {
-				if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(b) {
-					failed[i] = aws.ToString(f.Code)
-				}
-			}
-			now := time.Now()
-			for i, p := range b {
-				code, bad := failed[i]
-				if bad && !goneCode(code, w.queue.FIFO) {
-					retry = append(retry, p)
-					continue
-				}
-				// Gone means deleted already, or redelivered: either way no longer ours.
-				w.metrics.Add(Deleted, 1)
-				w.deleted.Add(1)
-				w.metrics.Observe(CommitToDelete, now.Sub(p.done))
-			}
-		}
+		retry, err := d.sw.deleteBatch(b)
 		if len(retry) == 0 {
 			return
 		}
 		if attempt == deleteAttempts {
-			w.metrics.Add(DeleteFailures, len(retry))
-			w.log.Warn("worker: delete failed; the messages will be delivered again and found done",
+			d.sw.metrics.Add(DeleteFailures, len(retry))
+			d.sw.log.Warn("worker: delete failed; the messages will be delivered again and found done",
 				"messages", len(retry), "error", err)
 			return
 		}
-		if err != nil && len(retry) == 1 && isGone(err, w.queue.FIFO) {
+		if err != nil && len(retry) == 1 && d.sw.gone(err) {
 			return
 		}
 		b = retry

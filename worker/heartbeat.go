@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 // heartbeat is the lease on one received message. It starts when the message is received, not
@@ -22,8 +20,10 @@ import (
 // heartbeatRetry up to the interval, always leaving a last try before the lease ends; the first
 // failure of a run is logged as a warning, the rest at debug level.
 type heartbeat struct {
-	w *Worker
-	m *Message
+	sw  *sqsWriter
+	m   *Message
+	vis time.Duration    // each extension's length
+	now func() time.Time // the clock of the 12-hour cap
 
 	mu         sync.Mutex
 	stopped    bool
@@ -40,10 +40,11 @@ type heartbeat struct {
 // heartbeatRetry is the delay before a failed extension is tried again.
 const heartbeatRetry = time.Second
 
-// startHeartbeat starts the lease of a message just received.
-func (w *Worker) startHeartbeat(m *Message) *heartbeat {
-	h := &heartbeat{w: w, m: m, interval: max(w.vis/3, 100*time.Millisecond)}
-	h.leaseUntil = m.Received.Add(w.vis)
+// startHeartbeat starts the lease of a message just received, extending it by vis every third
+// of vis.
+func startHeartbeat(sw *sqsWriter, m *Message, vis time.Duration, now func() time.Time) *heartbeat {
+	h := &heartbeat{sw: sw, m: m, vis: vis, now: now, interval: max(vis/3, 100*time.Millisecond)}
+	h.leaseUntil = m.Received.Add(vis)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.interval, h.beat)
 	h.mu.Unlock()
@@ -97,9 +98,9 @@ func (h *heartbeat) beat() {
 	defer h.running.Done()
 	defer cancel()
 
-	w := h.w
-	now := w.now()
-	ext := min(w.vis, leaseCap(h.m).Sub(now))
+	sw := h.sw
+	now := h.now()
+	ext := min(h.vis, leaseCap(h.m).Sub(now))
 	if ext < time.Second {
 		h.mu.Lock()
 		h.lose(fmt.Errorf("%w: SQS's 12-hour visibility limit from this receive is reached", ErrLeaseLost))
@@ -107,11 +108,7 @@ func (h *heartbeat) beat() {
 		return
 	}
 	secs := int32(ext / time.Second) // rounded down, to stay under the cap
-	_, err := w.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl:          &w.queue.URL,
-		ReceiptHandle:     &h.m.ReceiptHandle,
-		VisibilityTimeout: secs,
-	}, PlainRequestBodies)
+	err := sw.extend(ctx, h.m, secs)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
@@ -119,27 +116,27 @@ func (h *heartbeat) beat() {
 	}
 	switch {
 	case err == nil:
-		w.metrics.Add(Heartbeats, 1)
+		sw.metrics.Add(Heartbeats, 1)
 		if h.fails > 0 {
-			w.log.Info("worker: heartbeat recovered", "message_id", h.m.ID, "failed_attempts", h.fails)
+			sw.log.Info("worker: heartbeat recovered", "message_id", h.m.ID, "failed_attempts", h.fails)
 			h.fails = 0
 		}
 		h.leaseUntil = now.Add(time.Duration(secs) * time.Second)
 		h.timer.Reset(h.interval)
-	case isGone(err, w.queue.FIFO) || errorCode(err) == "InvalidParameterValue":
+	case sw.gone(err) || errorCode(err) == "InvalidParameterValue":
 		h.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err))
-	case w.now().Add(2 * heartbeatRetry).After(h.leaseUntil):
+	case h.now().Add(2 * heartbeatRetry).After(h.leaseUntil):
 		h.lose(fmt.Errorf("%w: the visibility could not be extended in time: %w", ErrLeaseLost, err))
 	default:
 		h.fails++
-		left := h.leaseUntil.Sub(w.now())
+		left := h.leaseUntil.Sub(h.now())
 		// Back off, but try once more before the lease is down to its last 2 s.
 		d := min(jitter(expo(heartbeatRetry, h.interval, h.fails)), left-2*heartbeatRetry)
 		level := slog.LevelDebug
 		if h.fails == 1 {
 			level = slog.LevelWarn
 		}
-		w.log.Log(context.Background(), level, "worker: heartbeat failed; retrying", "message_id", h.m.ID,
+		sw.log.Log(context.Background(), level, "worker: heartbeat failed; retrying", "message_id", h.m.ID,
 			"attempt", h.fails, "retry_in", d.Round(time.Millisecond), "lease_left", left.Round(time.Second), "error", err)
 		h.timer.Reset(d)
 	}

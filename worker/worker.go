@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -36,9 +33,6 @@ const (
 	receiveGrace = 2 * time.Second
 )
 
-var receiveAttributes = []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}
-var allMessageAttributes = []string{"All"}
-
 // Worker receives messages from one SQS queue and runs a handler on each, at most
 // Config.Concurrency at once. It deletes a message only after its handler succeeded.
 type Worker struct {
@@ -58,9 +52,6 @@ type Worker struct {
 	slots    *semaphore.Weighted
 	inFlight atomic.Int64
 	stopping atomic.Bool
-	released atomic.Int64 // messages released, for the stop's log line
-	deleted  atomic.Int64 // messages deleted, likewise
-	noCMVB   atomic.Bool  // ChangeMessageVisibilityBatch is not supported (GoAws)
 
 	now func() time.Time // the clock of the 12-hour cap; tests move it
 
@@ -76,6 +67,7 @@ type Worker struct {
 
 	pollers  sync.WaitGroup
 	handlers sync.WaitGroup
+	sw       *sqsWriter // every SQS write about a received message
 	del      *deleter
 	pause    pauser
 }
@@ -165,7 +157,8 @@ func (w *Worker) start(ctx context.Context) error {
 	w.stopCtx, w.stopCancel = context.WithCancelCause(base)
 	w.recvCtx, w.recvCancel = context.WithCancelCause(base)
 	w.workCtx, w.workCancel = context.WithCancelCause(base)
-	w.del = newDeleter(w)
+	w.sw = &sqsWriter{client: w.client, url: q.URL, fifo: q.FIFO, metrics: w.metrics, log: log, base: base}
+	w.del = newDeleter(w.sw, w.cfg.DeleteInterval, w.cfg.Concurrency+MaxBatchSize)
 	for range w.cfg.Pollers {
 		w.pollers.Add(1)
 		go w.poll()
@@ -264,7 +257,7 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 		w.stopping.Store(true)
 		w.stopCancel(ErrStopping)
 		began, running := time.Now(), w.InFlight()
-		released0, deleted0 := w.released.Load(), w.deleted.Load()
+		released0, deleted0 := w.sw.released.Load(), w.sw.deleted.Load()
 		go func() {
 			grace := time.AfterFunc(receiveGrace, func() { w.recvCancel(ErrStopping) })
 			w.pollers.Wait()
@@ -276,7 +269,7 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 			w.recvCancel(ErrStopping)
 			w.workCancel(ErrStopping)
 			w.log.Info("worker: stopped", "handlers_running_at_stop", running, "handlers_cancelled", cancelled,
-				"released", w.released.Load()-released0, "deleted_during_stop", w.deleted.Load()-deleted0,
+				"released", w.sw.released.Load()-released0, "deleted_during_stop", w.sw.deleted.Load()-deleted0,
 				"took", time.Since(began).Round(time.Millisecond))
 			close(w.done)
 		}()
@@ -301,460 +294,4 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 	case <-ctx.Done():
 		return fmt.Errorf("worker: stop: %d handlers still running: %w", w.InFlight(), ctx.Err())
 	}
-}
-
-func (w *Worker) poll() {
-	defer w.pollers.Done()
-	ctx := w.stopCtx
-	fails := 0
-	for {
-		if err := w.pause.wait(ctx); err != nil {
-			return
-		}
-		need, batch := w.minBatch(), w.cfg.BatchSize
-		if w.pause.active() {
-			need, batch = 1, 1 // a probe: one message, so an outage burns few receive counts
-		}
-		n, err := w.acquire(ctx, need, batch)
-		if err != nil {
-			return
-		}
-		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
-		// is after this moment.
-		requested := w.now()
-		out, err := w.client.ReceiveMessage(w.recvCtx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    &w.queue.URL,
-			MaxNumberOfMessages:         int32(n),
-			WaitTimeSeconds:             w.cfg.waitSeconds(),
-			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
-			MessageSystemAttributeNames: receiveAttributes,
-			MessageAttributeNames:       allMessageAttributes,
-		}, PlainRequestBodies)
-		if err != nil {
-			w.slots.Release(int64(n))
-			if ctx.Err() != nil {
-				return
-			}
-			fails++
-			w.metrics.Add(ReceiveErrors, 1)
-			d := jitter(expo(pollBackoffMin, pollBackoffMax, fails))
-			w.log.Warn("worker: receive failed; backing off", "error", err, "code", errorCode(err), "backoff", d)
-			if sleep(ctx, d) != nil {
-				return
-			}
-			continue
-		}
-		fails = 0
-		msgs := out.Messages
-		if len(msgs) < n {
-			w.slots.Release(int64(n - len(msgs)))
-		}
-		if len(msgs) == 0 {
-			if w.cfg.WaitTime < 0 && sleep(ctx, shortPollIdle) != nil {
-				return
-			}
-			continue
-		}
-		w.dispatch(msgs, n, requested)
-	}
-}
-
-// minBatch is the number of free slots a poller waits for, at most gatherWait, before it
-// receives: its share of Concurrency, up to BatchSize. Receiving for one slot at a time under load
-// would multiply the ReceiveMessage calls per message; waiting long would leave slots idle.
-func (w *Worker) minBatch() int {
-	return max(1, min(w.cfg.BatchSize, w.cfg.Concurrency/w.cfg.Pollers))
-}
-
-// acquire takes one slot, waiting for it, then waits up to gatherWait for more until it holds
-// need, and then takes as many more as are free now, up to batch.
-func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
-	if err := w.slots.Acquire(ctx, 1); err != nil {
-		return 0, err
-	}
-	n := 1
-	for n < batch && w.slots.TryAcquire(1) {
-		n++
-	}
-	if n < need {
-		gctx, cancel := context.WithTimeout(ctx, gatherWait)
-		for n < need && w.slots.Acquire(gctx, 1) == nil {
-			n++
-		}
-		cancel()
-	}
-	return n, nil
-}
-
-// dispatch starts the received messages, each holding one of the slots taken for the receive.
-// On a FIFO queue, the messages of one group run in order in one goroutine.
-// Every message's lease (its heartbeat) starts here, so that a message waiting for its turn is
-// covered as a running one is.
-func (w *Worker) dispatch(sms []types.Message, slots int, requested time.Time) {
-	msgs := make([]*Message, 0, len(sms))
-	for i := range sms {
-		m := newMessage(&sms[i], requested)
-		m.lease = w.startHeartbeat(m)
-		msgs = append(msgs, m)
-	}
-	w.metrics.Add(Received, len(msgs))
-	if len(msgs) > slots {
-		// A server returned more than asked for; those have no slot.
-		w.release(msgs[slots:])
-		msgs = msgs[:slots]
-	}
-	if w.stopping.Load() {
-		w.release(msgs)
-		w.slots.Release(int64(len(msgs)))
-		return
-	}
-	if !w.queue.FIFO {
-		for _, m := range msgs {
-			w.handlers.Add(1)
-			go w.runOne(m)
-		}
-		return
-	}
-	for _, g := range groups(msgs) {
-		w.handlers.Add(1)
-		go w.runGroup(&group{rest: g})
-	}
-}
-
-// group is the messages of one FIFO group from one receive, not yet started.
-type group struct {
-	mu       sync.Mutex
-	rest     []*Message
-	released bool
-}
-
-// next returns the next message to run, or nil when the group is done or was released.
-func (g *group) next() *Message {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.released || len(g.rest) == 0 {
-		return nil
-	}
-	m := g.rest[0]
-	g.rest = g.rest[1:]
-	return m
-}
-
-// take empties the group and returns what it held.
-func (g *group) take() []*Message {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	rest := g.rest
-	g.rest, g.released = nil, true
-	return rest
-}
-
-// releasePending releases the messages of every FIFO group that have not started, at stop:
-// they would wait behind the running one for nothing.
-func (w *Worker) releasePending() {
-	w.pendingMu.Lock()
-	var all []*Message
-	for g := range w.pending {
-		all = append(all, g.take()...)
-	}
-	w.pendingMu.Unlock()
-	w.release(all)
-	w.slots.Release(int64(len(all)))
-}
-
-// groups splits msgs by MessageGroupId, keeping their order.
-func groups(msgs []*Message) [][]*Message {
-	var out [][]*Message
-	idx := make(map[string]int, len(msgs))
-	for _, m := range msgs {
-		i, ok := idx[m.GroupID]
-		if !ok {
-			i = len(out)
-			idx[m.GroupID] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], m)
-	}
-	return out
-}
-
-func (w *Worker) runOne(m *Message) {
-	defer w.handlers.Done()
-	defer w.slots.Release(1)
-	if w.stopping.Load() {
-		w.release([]*Message{m})
-		return
-	}
-	w.process(m)
-}
-
-func (w *Worker) runGroup(g *group) {
-	defer w.handlers.Done()
-	w.pendingMu.Lock()
-	if w.pending == nil {
-		w.pending = map[*group]struct{}{}
-	}
-	w.pending[g] = struct{}{}
-	w.pendingMu.Unlock()
-	defer func() {
-		w.pendingMu.Lock()
-		delete(w.pending, g)
-		w.pendingMu.Unlock()
-	}()
-	for {
-		if w.stopping.Load() {
-			rest := g.take()
-			w.release(rest)
-			w.slots.Release(int64(len(rest)))
-			return
-		}
-		m := g.next()
-		if m == nil {
-			return
-		}
-		ok := w.process(m)
-		w.slots.Release(1)
-		if !ok {
-			// Later messages of the group must not overtake the failed one.
-			rest := g.take()
-			w.release(rest)
-			w.slots.Release(int64(len(rest)))
-			return
-		}
-	}
-}
-
-// process runs the handler on m and settles the message. It reports whether the message is done
-// (deleted or to be deleted).
-func (w *Worker) process(m *Message) bool {
-	ctx, cancel := context.WithCancelCause(w.workCtx)
-	if err := m.lease.attach(cancel); err != nil {
-		// Held too long behind its group: its receipt handle is gone, and it will be delivered
-		// again. Running it now could overlap that delivery.
-		m.lease.stop()
-		cancel(nil)
-		w.log.Warn("worker: lease lost while the message waited for its turn; not running it", "message_id", m.ID, "cause", err)
-		return false
-	}
-	w.metrics.SetInFlight(int(w.inFlight.Add(1)))
-	start := time.Now()
-	hb := m.lease
-	hctx, cancelTimeout := ctx, context.CancelFunc(func() {})
-	if w.cfg.HandlerTimeout > 0 {
-		hctx, cancelTimeout = context.WithTimeoutCause(ctx, w.cfg.HandlerTimeout, ErrHandlerTimeout)
-	}
-	err := w.call(hctx, m)
-	hb.stop()
-	cause := context.Cause(hctx)
-	cancelTimeout()
-	cancel(nil)
-	w.metrics.Observe(HandlerDuration, time.Since(start))
-	w.metrics.SetInFlight(int(w.inFlight.Add(-1)))
-	return w.settle(m, err, cause)
-}
-
-func (w *Worker) call(ctx context.Context, m *Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return w.cfg.Handler.Handle(ctx, m)
-}
-
-func (w *Worker) settle(m *Message, err error, cause error) bool {
-	var (
-		discard *DiscardError
-		retry   *RetryError
-		unavail *UnavailableError
-		blocked *BlockedError
-	)
-	switch {
-	case err == nil:
-		w.pause.ok()
-		w.metrics.Add(Processed, 1)
-		w.del.add(m)
-		return true
-	case errors.Is(err, ErrDuplicate):
-		w.pause.ok()
-		w.metrics.Add(Duplicates, 1)
-		w.del.add(m)
-		return true
-	case errors.As(err, &discard):
-		w.pause.ok()
-		w.metrics.Add(Discarded, 1)
-		w.log.Warn("worker: message discarded by its handler", "message_id", m.ID, "reason", discard.Reason)
-		w.del.add(m)
-		return true
-	}
-	var d time.Duration
-	switch {
-	case errors.As(err, &blocked):
-		// Not a failure of the handler: another consumer holds the event's claim. Wait for it
-		// to commit (the redelivery is then a duplicate) or to be ended.
-		w.pause.ok()
-		w.metrics.Add(Blocked, 1)
-		w.log.Info("worker: event held by another consumer; retrying later", "message_id", m.ID,
-			"receive_count", m.ReceiveCount, "retry_in", blocked.After.Round(time.Second), "reason", blocked.Err)
-		d = blocked.After
-	case errors.As(err, &retry):
-		d = retry.After
-	default:
-		w.metrics.Add(Failed, 1)
-		d = w.cfg.Backoff(m.ReceiveCount)
-	}
-	if errors.As(err, &unavail) {
-		// Keep the message away at least as long as the pause, so that the next probe is
-		// another message and no single one runs up its receive count.
-		d = max(d, w.pause.fail(w.log))
-	}
-	switch {
-	case errors.Is(cause, ErrLeaseLost):
-		// The receipt handle is no longer ours: leave the message to its next delivery.
-		w.log.Warn("worker: handler stopped: lease lost", "message_id", m.ID, "cause", cause, "error", err)
-		return false
-	case errors.Is(cause, ErrStopping):
-		d = 0
-	}
-	if retry == nil && blocked == nil {
-		w.log.Warn("worker: handler failed; the message will be delivered again", "message_id", m.ID,
-			"receive_count", m.ReceiveCount, "retry_in", d.Round(time.Second), "error", err)
-	}
-	w.metrics.Add(Retried, 1)
-	w.changeVisibility(m, d)
-	return false
-}
-
-// visibilitySeconds turns a delay into a visibility timeout that SQS accepts for m: whole seconds
-// (rounded up), not past 12 hours from the receive that delivered it.
-func visibilitySeconds(m *Message, d time.Duration, now time.Time) int32 {
-	left := max(leaseCap(m).Sub(now), 0)
-	d = clampDur(d, 0, left)
-	return int32((d + time.Second - 1) / time.Second)
-}
-
-func (w *Worker) changeVisibility(m *Message, d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.workCtx), callTimeout)
-	defer cancel()
-	_, err := w.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl:          &w.queue.URL,
-		ReceiptHandle:     &m.ReceiptHandle,
-		VisibilityTimeout: visibilitySeconds(m, d, w.now()),
-	}, PlainRequestBodies)
-	if err != nil && !isGone(err, w.queue.FIFO) {
-		w.log.Warn("worker: could not change a message's visibility; it returns after the visibility timeout",
-			"message_id", m.ID, "error", err)
-	}
-}
-
-// release makes msgs visible again at once, without running them. Their leases end first, so
-// that no extension lands after the release.
-func (w *Worker) release(msgs []*Message) {
-	if len(msgs) == 0 {
-		return
-	}
-	for _, m := range msgs {
-		m.lease.stop()
-	}
-	w.released.Add(int64(len(msgs)))
-	w.metrics.Add(Released, len(msgs))
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.workCtx), callTimeout)
-	defer cancel()
-	for len(msgs) > 0 {
-		n := min(len(msgs), MaxBatchSize)
-		batch := msgs[:n]
-		msgs = msgs[n:]
-		if !w.noCMVB.Load() && len(batch) > 1 {
-			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
-			for i, m := range batch {
-				entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-					Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(m.ReceiptHandle),
-				}
-			}
-			out, err := w.client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
-				QueueUrl: &w.queue.URL, Entries: entries,
-			}, PlainRequestBodies)
-			if err == nil {
-				var failed []*Message
-				for _, f := range out.Failed {
-					if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i < len(batch) && !goneCode(aws.ToString(f.Code), w.queue.FIFO) {
-						failed = append(failed, batch[i])
-					}
-				}
-				batch = failed
-			} else if ctx.Err() == nil {
-				// GoAws does not implement the batch call; use single calls from now on.
-				w.noCMVB.Store(true)
-				w.log.Debug("worker: ChangeMessageVisibilityBatch failed; using single calls", "error", err)
-			}
-		}
-		for _, m := range batch {
-			_, err := w.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-				QueueUrl: &w.queue.URL, ReceiptHandle: aws.String(m.ReceiptHandle), VisibilityTimeout: 0,
-			}, PlainRequestBodies)
-			if err != nil && !isGone(err, w.queue.FIFO) {
-				w.log.Warn("worker: could not release a message; it returns after the visibility timeout", "message_id", m.ID, "error", err)
-			}
-		}
-	}
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// pauser pauses all pollers while a dependency is unavailable.
-type pauser struct {
-	fails atomic.Int64
-	mu    sync.Mutex
-	until time.Time
-}
-
-// fail starts a pause, unless one is on, and returns how long the pause lasts from now.
-func (p *pauser) fail(log *slog.Logger) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	if now.Before(p.until) {
-		return p.until.Sub(now) // already paused
-	}
-	n := p.fails.Add(1)
-	d := jitter(expo(pauseBackoffMin, pauseBackoffMax, int(n)))
-	p.until = now.Add(d)
-	log.Warn("worker: a dependency is unavailable; pausing receives", "pause", d, "consecutive", n)
-	return d
-}
-
-// active reports whether the last results said the dependency is unavailable.
-func (p *pauser) active() bool { return p.fails.Load() > 0 }
-
-func (p *pauser) ok() {
-	if p.fails.Load() == 0 {
-		return
-	}
-	p.mu.Lock()
-	p.fails.Store(0)
-	p.until = time.Time{}
-	p.mu.Unlock()
-}
-
-func (p *pauser) wait(ctx context.Context) error {
-	if p.fails.Load() == 0 {
-		return ctx.Err()
-	}
-	p.mu.Lock()
-	d := time.Until(p.until)
-	p.mu.Unlock()
-	if d <= 0 {
-		return ctx.Err()
-	}
-	return sleep(ctx, d)
 }

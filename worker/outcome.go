@@ -1,0 +1,120 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+	"time"
+)
+
+// The outcome of one message: run its handler under its lease, then settle the message as the
+// handler's result says (delete, retry after a delay, or leave it to its next delivery).
+
+// process runs the handler on m and settles the message. It reports whether the message is done
+// (deleted or to be deleted).
+func (w *Worker) process(m *Message) bool {
+	ctx, cancel := context.WithCancelCause(w.workCtx)
+	if err := m.lease.attach(cancel); err != nil {
+		// Held too long behind its group: its receipt handle is gone, and it will be delivered
+		// again. Running it now could overlap that delivery.
+		m.lease.stop()
+		cancel(nil)
+		w.log.Warn("worker: lease lost while the message waited for its turn; not running it", "message_id", m.ID, "cause", err)
+		return false
+	}
+	w.metrics.SetInFlight(int(w.inFlight.Add(1)))
+	start := time.Now()
+	hb := m.lease
+	hctx, cancelTimeout := ctx, context.CancelFunc(func() {})
+	if w.cfg.HandlerTimeout > 0 {
+		hctx, cancelTimeout = context.WithTimeoutCause(ctx, w.cfg.HandlerTimeout, ErrHandlerTimeout)
+	}
+	err := w.call(hctx, m)
+	hb.stop()
+	cause := context.Cause(hctx)
+	cancelTimeout()
+	cancel(nil)
+	w.metrics.Observe(HandlerDuration, time.Since(start))
+	w.metrics.SetInFlight(int(w.inFlight.Add(-1)))
+	return w.settle(m, err, cause)
+}
+
+func (w *Worker) call(ctx context.Context, m *Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return w.cfg.Handler.Handle(ctx, m)
+}
+
+func (w *Worker) settle(m *Message, err error, cause error) bool {
+	var (
+		discard *DiscardError
+		retry   *RetryError
+		unavail *UnavailableError
+		blocked *BlockedError
+	)
+	switch {
+	case err == nil:
+		w.pause.ok()
+		w.metrics.Add(Processed, 1)
+		w.del.add(m)
+		return true
+	case errors.Is(err, ErrDuplicate):
+		w.pause.ok()
+		w.metrics.Add(Duplicates, 1)
+		w.del.add(m)
+		return true
+	case errors.As(err, &discard):
+		w.pause.ok()
+		w.metrics.Add(Discarded, 1)
+		w.log.Warn("worker: message discarded by its handler", "message_id", m.ID, "reason", discard.Reason)
+		w.del.add(m)
+		return true
+	}
+	var d time.Duration
+	switch {
+	case errors.As(err, &blocked):
+		// Not a failure of the handler: another consumer holds the event's claim. Wait for it
+		// to commit (the redelivery is then a duplicate) or to be ended.
+		w.pause.ok()
+		w.metrics.Add(Blocked, 1)
+		w.log.Info("worker: event held by another consumer; retrying later", "message_id", m.ID,
+			"receive_count", m.ReceiveCount, "retry_in", blocked.After.Round(time.Second), "reason", blocked.Err)
+		d = blocked.After
+	case errors.As(err, &retry):
+		d = retry.After
+	default:
+		w.metrics.Add(Failed, 1)
+		d = w.cfg.Backoff(m.ReceiveCount)
+	}
+	if errors.As(err, &unavail) {
+		// Keep the message away at least as long as the pause, so that the next probe is
+		// another message and no single one runs up its receive count.
+		d = max(d, w.pause.fail(w.log))
+	}
+	switch {
+	case errors.Is(cause, ErrLeaseLost):
+		// The receipt handle is no longer ours: leave the message to its next delivery.
+		w.log.Warn("worker: handler stopped: lease lost", "message_id", m.ID, "cause", cause, "error", err)
+		return false
+	case errors.Is(cause, ErrStopping):
+		d = 0
+	}
+	if retry == nil && blocked == nil {
+		w.log.Warn("worker: handler failed; the message will be delivered again", "message_id", m.ID,
+			"receive_count", m.ReceiveCount, "retry_in", d.Round(time.Second), "error", err)
+	}
+	w.metrics.Add(Retried, 1)
+	w.sw.changeVisibility(m, visibilitySeconds(m, d, w.now()))
+	return false
+}
+
+// visibilitySeconds turns a delay into a visibility timeout that SQS accepts for m: whole seconds
+// (rounded up), not past 12 hours from the receive that delivered it.
+func visibilitySeconds(m *Message, d time.Duration, now time.Time) int32 {
+	left := max(leaseCap(m).Sub(now), 0)
+	d = clampDur(d, 0, left)
+	return int32((d + time.Second - 1) / time.Second)
+}
