@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqsinbox/sqsinbox/internal/panics"
 )
 
 // Outcome says what a claim-and-run did.
@@ -56,23 +57,10 @@ var ErrConnectionLost = errors.New("inbox: database connection lost")
 // neither processed nor a duplicate yet: retry it after [Inbox.BlockedRetryDelay].
 var ErrClaimBlocked = errors.New("inbox: claim blocked by another transaction holding the same event")
 
-// PanicError is the error a panicking [Func] becomes.
-type PanicError struct {
-	// Value is what the function panicked with.
-	Value any
-	// Stack is the goroutine's stack at the panic.
-	Stack []byte
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack)
-}
-
-// Unwrap returns the panic value if it is an error.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
-}
+// PanicError is the error a panicking [Func] becomes: its Value is what the function panicked
+// with, its Stack the goroutine's stack at the panic, and Unwrap returns the value if it is an
+// error. It is the same type as worker.PanicError.
+type PanicError = panics.Error
 
 // Run processes the event key for handler at most once. It begins a READ COMMITTED transaction,
 // inserts the claim (handler, key) first, and calls fn with the transaction only if the claim is
@@ -185,13 +173,8 @@ func (ib *Inbox) runTx(ctx context.Context, tx pgx.Tx, handler, key string, fn F
 	return Processed, nil
 }
 
-func call(ctx context.Context, tx pgx.Tx, fn Func) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return fn(ctx, tx)
+func call(ctx context.Context, tx pgx.Tx, fn Func) error {
+	return panics.Call(func() error { return fn(ctx, tx) })
 }
 
 func validateClaim(handler, key string) error {

@@ -128,14 +128,21 @@ func KeyFromJSONField(body []byte, field string) (string, error) {
 	default:
 		return "", fail(0, ErrKeyNotString)
 	}
-	if err := ValidateKey(key); err != nil {
-		var ke *KeyError
-		if errors.As(err, &ke) {
-			ke.Source = source()
-		}
+	if err := ValidateKeyFrom(key, source()); err != nil {
 		return "", err
 	}
 	return key, nil
+}
+
+// ValidateKeyFrom is [ValidateKey] for a key read from source (such as `message attribute
+// "event_id"`), which the returned *[KeyError] names.
+func ValidateKeyFrom(key, source string) error {
+	err := ValidateKey(key)
+	var ke *KeyError
+	if errors.As(err, &ke) {
+		ke.Source = source
+	}
+	return err
 }
 
 // topLevelField finds field among the top-level members of the JSON object body and returns its

@@ -3,8 +3,9 @@ package worker
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/panics"
 )
 
 // The outcome of one message: run its handler under its lease, then settle the message as the
@@ -39,13 +40,8 @@ func (w *Worker) process(m *Message) bool {
 	return w.settle(m, err, cause)
 }
 
-func (w *Worker) call(ctx context.Context, m *Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return w.cfg.Handler.Handle(ctx, m)
+func (w *Worker) call(ctx context.Context, m *Message) error {
+	return panics.Call(func() error { return w.cfg.Handler.Handle(ctx, m) })
 }
 
 func (w *Worker) settle(m *Message, err error, cause error) bool {

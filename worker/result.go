@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/panics"
 )
 
 // Causes with which the worker cancels a handler's context. A handler tells them apart with
@@ -100,20 +102,7 @@ func Unavailable(err error) error {
 	return &UnavailableError{Err: err}
 }
 
-// PanicError is the error a panicking handler becomes.
-type PanicError struct {
-	// Value is what the handler panicked with.
-	Value any
-	// Stack is the goroutine's stack at the panic.
-	Stack []byte
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("worker: handler panicked: %v\n%s", e.Value, e.Stack)
-}
-
-// Unwrap returns the panic value if it is an error.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
-}
+// PanicError is the error a panicking handler becomes: its Value is what the handler panicked
+// with, its Stack the goroutine's stack at the panic, and Unwrap returns the value if it is an
+// error. It is the same type as inbox.PanicError.
+type PanicError = panics.Error

@@ -23,7 +23,9 @@ const DefaultField = "id"
 // DefaultKey takes the key from the message attribute "event_id", else from the body's top-level
 // JSON field "id". It never falls back to the SQS MessageId: a message with neither fails (and,
 // after the queue's maxReceiveCount, goes to the DLQ).
-var DefaultKey = FirstKey(KeyFromAttribute(DefaultAttribute), KeyFromJSONField(DefaultField))
+func DefaultKey(m *worker.Message) (string, error) { return defaultKey(m) }
+
+var defaultKey = FirstKey(KeyFromAttribute(DefaultAttribute), KeyFromJSONField(DefaultField))
 
 // KeyFromAttribute takes the key from the String (or Number) message attribute name, validated
 // with [inbox.ValidateKey].
@@ -34,11 +36,7 @@ func KeyFromAttribute(name string) KeyFunc {
 		if !ok {
 			return "", &inbox.KeyError{What: "event key", Source: src, Err: inbox.ErrKeyMissing}
 		}
-		if err := inbox.ValidateKey(v); err != nil {
-			var ke *inbox.KeyError
-			if errors.As(err, &ke) {
-				ke.Source = src
-			}
+		if err := inbox.ValidateKeyFrom(v, src); err != nil {
 			return "", err
 		}
 		return v, nil
