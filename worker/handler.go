@@ -8,9 +8,12 @@ import "context"
 //   - [ErrDuplicate]: the work was done before; the message is deleted and counted as a duplicate.
 //   - [Discard]: the message cannot be processed; it is deleted without effect, logged, counted.
 //   - [RetryAfter]: the message is delivered again after the given delay.
-//   - [Unavailable]: as any error, and the pollers pause (a dependency is down).
-//   - any other error, a panic or a timeout: the message is delivered again after the backoff and
-//     reaches the dead-letter queue through the queue's redrive policy.
+//   - [RetryBlocked]: likewise, for work another consumer holds; counted as [Blocked], not failed.
+//   - [Unavailable]: as any error, and the pollers pause, with growing backoff, then probe one
+//     message at a time until a handler succeeds (a dependency every message needs is down).
+//   - any other error, a panic ([PanicError]) or a timeout: the message is delivered again after
+//     the backoff of its ApproximateReceiveCount (Config.Backoff) and reaches the dead-letter
+//     queue through the queue's redrive policy.
 //
 // ctx is cancelled, with a cause from [ErrLeaseLost], [ErrStopping] and [ErrHandlerTimeout],
 // when the handler must give up; its work must then not commit.

@@ -102,10 +102,10 @@ func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
 // On a FIFO queue, the messages of one group run in order in one goroutine.
 // Every message's lease (its heartbeat) starts here, so that a message waiting for its turn is
 // covered as a running one is.
-func (w *Worker) dispatch(sms []types.Message, slots int, requested time.Time) {
-	msgs := make([]*Message, 0, len(sms))
-	for i := range sms {
-		m := newMessage(&sms[i], requested)
+func (w *Worker) dispatch(received []types.Message, slots int, requested time.Time) {
+	msgs := make([]*Message, 0, len(received))
+	for i := range received {
+		m := newMessage(&received[i], requested)
 		m.lease = startHeartbeat(w.sw, m, w.vis, w.now)
 		msgs = append(msgs, m)
 	}
