@@ -55,7 +55,7 @@ func BenchmarkInboxVsPgbench(b *testing.B) {
 	}
 	// On the harness's own cluster, fsync goes off for the benchmark: the disk's flush latency on
 	// these shared machines swings several-fold between runs, which drowns the comparison, and the
-	// performance model (DESIGN.md) is CPU per transaction. synchronous_commit stays on. With
+	// limit being measured is CPU per transaction (BENCHMARKS.md). synchronous_commit stays on. With
 	// TEST_DATABASE_URL the server is measured as it is.
 	fsync := "as configured"
 	if db.Owned() {

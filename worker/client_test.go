@@ -24,7 +24,7 @@ func (p *bodyProbe) Do(r *http.Request) (*http.Response, error) {
 
 // TestPlainRequestBodies (no server): with the option, the HTTP client gets a request body
 // without WriteTo, the method whose failure after the SDK closed the body makes net/http close
-// connections under responses (EMULATORS.md); without it, the SDK's body has WriteTo (if this
+// connections under responses (see PlainRequestBodies); without it, the SDK's body has WriteTo (if this
 // ever changes, the option may no longer be needed).
 func TestPlainRequestBodies(t *testing.T) {
 	t.Parallel()

@@ -16,7 +16,7 @@ import (
 
 // TestDrainGoAws (GoAws) drains a few thousand messages and fails if any message waited out a
 // visibility timeout: the SDK's retry of a ReceiveMessage whose connection was closed under the
-// response would lose up to ten messages to it (EMULATORS.md). PlainRequestBodies prevents it.
+// response would lose up to ten messages to it (see PlainRequestBodies, which prevents it).
 func TestDrainGoAws(t *testing.T) {
 	t.Parallel()
 	const n = 3000

@@ -1,4 +1,4 @@
-// Command demo is `make demo`: the OrderPaid story of DESIGN.md, end to end, on this machine.
+// Command demo is `make demo`: the OrderPaid story of the README, end to end, on this machine.
 //
 // It brings up an SQS server (GoAws, built from the Go module proxy, unless AWS_ENDPOINT_URL_SQS
 // names one, such as LocalStack) and PostgreSQL (a throwaway cluster from the local binaries,
