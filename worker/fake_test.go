@@ -79,7 +79,7 @@ func TestBackoffFromReceiveCountFake(t *testing.T) {
 		return nil
 	}})
 	b.send(t, []sqstest.Message{{Body: "fails"}})
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url,
 		Backoff: func(n int) time.Duration {
 			mu.Lock()
 			counts = append(counts, n)
@@ -140,7 +140,7 @@ func TestFIFOFake(t *testing.T) {
 		maxPar   int
 	)
 	met := newTestMetrics()
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 20, Backoff: noBackoff, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 20, Backoff: noBackoff, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			mu.Lock()
 			running[m.GroupID]++
@@ -195,7 +195,7 @@ func TestFIFOReleaseBehindFailureFake(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	met := newTestMetrics()
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 1, Backoff: noBackoff, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 1, Backoff: noBackoff, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -235,7 +235,7 @@ func TestReceiveErrorsBackOffFake(t *testing.T) {
 				return nil
 			}})
 			met := newTestMetrics()
-			w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 2, Metrics: met,
+			w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 10, Pollers: 2, Metrics: met,
 				Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
 			start := time.Now()
 			sqstest.WaitFor(t, 10*time.Second, "a few failed receives", func() (bool, string) {
@@ -270,7 +270,7 @@ func TestPartialDeleteFailureFake(t *testing.T) {
 		return ""
 	}})
 	met := newTestMetrics()
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 20, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 20, Metrics: met,
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
 	b.waitDeleted(t, 20*time.Second)
 	workertest.Stop(t, w)
@@ -307,7 +307,7 @@ func TestDeleteGiveUpFake(t *testing.T) {
 	b.send(t, bodies(3, "m"))
 	b.f.SetFaults(sqsfake.Faults{DeleteEntry: func(string) string { return "InternalError" }})
 	met := newTestMetrics()
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
 	sqstest.WaitFor(t, 20*time.Second, "delete failures counted", func() (bool, string) {
 		return met.get(worker.DeleteFailures) == 3, fmt.Sprint(met.get(worker.DeleteFailures))
@@ -331,7 +331,7 @@ func TestStaleReceiptHandleFake(t *testing.T) {
 		b.f.SetFaults(sqsfake.Faults{DeleteEntry: func(string) string { entries.Add(1); return "ReceiptHandleIsInvalid" }})
 		met := newTestMetrics()
 		var handled atomic.Int32
-		w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+		w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met,
 			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { handled.Add(1); return nil })})
 		sqstest.WaitFor(t, 10*time.Second, "10 handled", func() (bool, string) { return handled.Load() == 10, "" })
 		workertest.Stop(t, w)
@@ -360,7 +360,7 @@ func TestStaleReceiptHandleFake(t *testing.T) {
 		}})
 		causes := make(chan error, 2)
 		var calls atomic.Int32
-		w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url,
+		w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url,
 			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 				if calls.Add(1) == 1 {
 					<-ctx.Done()
@@ -394,7 +394,7 @@ func TestDuplicateInBatchFake(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	met := newTestMetrics()
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -423,7 +423,7 @@ func TestHeartbeatFake(t *testing.T) {
 	b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: time.Second})
 	b.send(t, bodies(3, "long"))
 	met := newTestMetrics()
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			sqstest.WaitFor(t, 10*time.Second, "heartbeats", func() (bool, string) {
 				return met.get(worker.Heartbeats) >= 3*4, ""
@@ -457,7 +457,7 @@ func TestHandlerTimeoutPanicRetryFake(t *testing.T) {
 	b.send(t, []sqstest.Message{{Body: "timeout"}, {Body: "panic"}, {Body: "later"}, {Body: "discard"}})
 	met := newTestMetrics()
 	var causes sync.Map
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, HandlerTimeout: 100 * time.Millisecond, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, HandlerTimeout: 100 * time.Millisecond, Metrics: met,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if m.ReceiveCount > 1 {
@@ -499,7 +499,7 @@ func TestUnavailablePausesFake(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
 	var failures atomic.Int32
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 10, Backoff: noBackoff,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 10, Backoff: noBackoff,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if down.Load() {
 				failures.Add(1)
@@ -537,7 +537,7 @@ func TestBackpressureFake(t *testing.T) {
 	}})
 	release := make(chan struct{})
 	var running atomic.Int32
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Concurrency: 7, Pollers: 3,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 7, Pollers: 3,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			running.Add(1)
 			<-release
@@ -578,7 +578,7 @@ func TestStopReleasesFake(t *testing.T) {
 			started := make(chan struct{})
 			release := make(chan struct{})
 			met := newTestMetrics()
-			w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+			w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met,
 				Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 					close(started)
 					<-release
@@ -615,7 +615,7 @@ func TestStopAndCancelFake(t *testing.T) {
 	b.send(t, bodies(5, "m"))
 	var running atomic.Int32
 	causes := make(chan error, 5)
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			running.Add(1)
 			<-ctx.Done()

@@ -28,7 +28,7 @@ func TestDrainGoAws(t *testing.T) {
 	}
 	rec := newRecorder()
 	start := time.Now()
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 32, WaitTime: time.Second,
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 32, WaitTime: time.Second,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			rec.add(string(m.Body))
 			return nil
@@ -55,7 +55,7 @@ func TestRetryGoAws(t *testing.T) {
 	}
 	rec := newRecorder()
 	met := newTestMetrics()
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
 		Backoff: func(int) time.Duration { return time.Second },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if rec.add(string(m.Body)) == 1 {
@@ -88,7 +88,7 @@ func TestPoisonToDLQGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int32
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second,
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			calls.Add(1)
@@ -110,7 +110,7 @@ func TestDiscardGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	met := newTestMetrics()
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			return worker.Discard("unknown schema version")
 		})})
@@ -194,7 +194,7 @@ func TestStopUnderLoadGoAws(t *testing.T) {
 	}
 	rec := newRecorder()
 	met := newTestMetrics()
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			rec.add(string(m.Body))
 			return nil
@@ -229,7 +229,7 @@ func TestStartStopStressGoAws(t *testing.T) {
 			t.Fatalf("only %d of %d handled after %d workers", rec.distinct(), n, i)
 		}
 		target := min(n, rec.distinct()+n/20)
-		w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 1 + i%20, WaitTime: time.Second,
+		w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 1 + i%20, WaitTime: time.Second,
 			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 				rec.add(string(m.Body))
 				return nil

@@ -56,7 +56,7 @@ func startHeartbeatOutage(t *testing.T, failFor int32, stop <-chan struct{}) *he
 		return nil
 	}})
 	h.b.send(t, []sqstest.Message{{Body: "long"}})
-	h.w = workertest.Start(t, h.b.f, worker.Config{QueueURL: h.b.url, Metrics: h.met,
+	h.w = workertest.Start(t, h.b.f, &worker.Config{QueueURL: h.b.url, Metrics: h.met,
 		Logger: slog.New(slog.NewTextHandler(&h.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			select {

@@ -64,7 +64,7 @@ func TestRetryOfOldMessageFake(t *testing.T) {
 			b.send(t, bodies(1, "old"))
 			b.f.AgeFirstReceive(b.url, 13*time.Hour)
 			var calls atomic.Int32
-			w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url,
+			w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url,
 				Backoff: func(int) time.Duration { return 4 * time.Second },
 				Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 					if calls.Add(1) == 1 {
@@ -98,7 +98,7 @@ func TestLongHandlerOnOldMessageFake(t *testing.T) {
 	b.f.AgeFirstReceive(b.url, 13*time.Hour)
 	met := newTestMetrics()
 	causes := make(chan error, 1)
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			ok := pollUntil(ctx, 15*time.Second, func() bool { return met.get(worker.Heartbeats) >= 4 })
 			if !ok {
@@ -188,7 +188,7 @@ func TestFIFOHeldMessagesKeepTheirLeaseFake(t *testing.T) {
 	var mu sync.Mutex
 	runs := map[string]int{}
 	var order []string
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met, Concurrency: 10,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met, Concurrency: 10,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if running.Add(1) > 1 {
 				overlaps.Add(1)
@@ -247,7 +247,7 @@ func TestFIFOExpiredHandleIsGoneFake(t *testing.T) {
 	b.f.SetFaults(sqsfake.Faults{DeleteEntry: func(string) string { return "InvalidParameterValue" }})
 	b.send(t, []sqstest.Message{{Body: "x", GroupID: "g", DedupID: "1"}})
 	met := newTestMetrics()
-	w := workertest.Start(t, b.f, worker.Config{QueueURL: b.url, Metrics: met,
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Metrics: met,
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error { return nil })})
 	sqstest.WaitFor(t, 10*time.Second, "the delete settled", func() (bool, string) {
 		return met.get(worker.Deleted)+met.get(worker.DeleteFailures) > 0, ""

@@ -35,7 +35,7 @@ func TestDatabaseDownFake(t *testing.T) {
 	release := make(chan struct{})
 	handler := b.handler(t, nil)
 	var once sync.Once
-	w = workertest.Start(t, f, worker.Config{QueueURL: url, Concurrency: 8, Metrics: met,
+	w = workertest.Start(t, f, &worker.Config{QueueURL: url, Concurrency: 8, Metrics: met,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			once.Do(func() { // the first handler waits for the database to go down

@@ -46,7 +46,7 @@ func TestEndToEndGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	met := &counters{}
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second,
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second,
 		Metrics: met, Handler: b.handler(t, nil)})
 	sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
 	workertest.Stop(t, w)
@@ -67,7 +67,7 @@ func TestBadKeyGoesToDLQGoAws(t *testing.T) {
 		t.Fatal(err)
 	}
 	met := &counters{}
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: met,
 		Backoff: func(int) time.Duration { return 0 }, Handler: b.handler(t, nil)})
 	sqstest.WaitCount(t, c, q.DLQURL, 2, 30*time.Second)
 	workertest.Stop(t, w)
@@ -93,7 +93,7 @@ func TestAttributeKeyGoAws(t *testing.T) {
 	if err := sqstest.Send(t.Context(), c, q.URL, msgs); err != nil {
 		t.Fatal(err)
 	}
-	w := workertest.Start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: b.handler(t, nil)})
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: b.handler(t, nil)})
 	sqstest.WaitCount(t, c, q.URL, 0, 30*time.Second)
 	workertest.Stop(t, w)
 	b.checkOnce(t, []string{"attr-1", "body-3"})

@@ -16,13 +16,14 @@ const StopTimeout = time.Minute
 
 // Start creates and starts a worker with cfg on client, failing the test if either step fails,
 // and registers a cleanup that stops it. A nil cfg.Logger becomes a logger that writes warnings
-// and errors to the test log.
-func Start(t testing.TB, client worker.SQSClient, cfg worker.Config) *worker.Worker {
+// and errors to the test log (cfg itself is not changed).
+func Start(t testing.TB, client worker.SQSClient, cfg *worker.Config) *worker.Worker {
 	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = sqstest.Logger(t)
+	c := *cfg
+	if c.Logger == nil {
+		c.Logger = sqstest.Logger(t)
 	}
-	w, err := worker.New(client, &cfg)
+	w, err := worker.New(client, &c)
 	if err != nil {
 		t.Fatal(err)
 	}
