@@ -92,6 +92,7 @@ type Inbox struct {
 
 type statements struct {
 	claim string
+	stats string
 	// Pipelined around the claim: the claim's bounded lock wait and the transaction's idle
 	// bound, then the lock wait back to the session's default for the handler's statements.
 	setTimeouts, resetLockTimeout string
@@ -133,6 +134,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 			setTimeouts: fmt.Sprintf("SELECT set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)",
 				c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds()),
 			resetLockTimeout: "SET LOCAL lock_timeout TO DEFAULT",
+			stats: "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + sqlident.Quote(c.Schema, "processed_messages") +
+				" GROUP BY handler ORDER BY handler",
 		},
 	}, nil
 }
