@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"embed"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,6 +25,9 @@ type MigrationStatus struct {
 	Version   int
 	Name      string
 	AppliedAt time.Time
+	// Drops are the tables of the schema that reverting this migration drops, with their rows:
+	// what [MigrateDown] would destroy.
+	Drops []string
 }
 
 // Migrate applies the inbox's pending migrations to schema (empty means DefaultSchema) and
@@ -37,14 +41,32 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, err
 	return mg.Up(ctx)
 }
 
-// MigrateDown reverts the last steps migrations of schema (every one when steps <= 0) and
-// returns the versions reverted. It drops the inbox's tables and what they remember.
+// MigrateDown reverts the last steps applied migrations of schema, newest first, and returns
+// the versions reverted. It drops the inbox's tables and what they remember (see
+// MigrationStatus.Drops).
+//
+// steps must be at least 1; 0 or less is an error that reverts nothing. Reverting everything
+// is [MigrateDownAll], a call of its own, because a count of 0 is what an unset field or a
+// failed parse yields, and it must not mean "drop every table".
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool, schema string, steps int) ([]int, error) {
+	if steps < 1 {
+		return nil, fmt.Errorf("inbox: MigrateDown needs steps >= 1, got %d (to revert every migration, call MigrateDownAll)", steps)
+	}
 	mg, err := newMigrator(pool, orDefault(schema))
 	if err != nil {
 		return nil, err
 	}
 	return mg.Down(ctx, steps)
+}
+
+// MigrateDownAll reverts every applied migration of schema, newest first, and returns the
+// versions reverted. It drops all of the inbox's tables, with every row they hold.
+func MigrateDownAll(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	mg, err := newMigrator(pool, orDefault(schema))
+	if err != nil {
+		return nil, err
+	}
+	return mg.DownAll(ctx)
 }
 
 // Migrations lists the inbox's migrations of schema and when each was applied.
@@ -59,7 +81,7 @@ func Migrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migra
 	}
 	out := make([]MigrationStatus, len(st))
 	for i, s := range st {
-		out[i] = MigrationStatus{Version: s.Version, Name: s.Name, AppliedAt: s.AppliedAt}
+		out[i] = MigrationStatus{Version: s.Version, Name: s.Name, AppliedAt: s.AppliedAt, Drops: s.Drops}
 	}
 	return out, nil
 }

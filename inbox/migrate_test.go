@@ -59,9 +59,9 @@ func TestMigrateUpDownUp(t *testing.T) {
 	if err != nil || len(st) != len(applied) || st[0].AppliedAt.IsZero() {
 		t.Fatalf("Migrations = %+v, %v", st, err)
 	}
-	reverted, err := inbox.MigrateDown(ctx, pool, schema, 0)
+	reverted, err := inbox.MigrateDownAll(ctx, pool, schema)
 	if err != nil || len(reverted) != len(applied) || reverted[len(reverted)-1] != 1 {
-		t.Fatalf("MigrateDown = %v, %v", reverted, err)
+		t.Fatalf("MigrateDownAll = %v, %v", reverted, err)
 	}
 	if tableExists(t, pool, schema, "processed_messages") {
 		t.Fatal("table still there after MigrateDown")
@@ -74,6 +74,32 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}
 	if out, err := ib.Run(ctx, "h", "k", func(context.Context, pgx.Tx) error { return nil }); err != nil || out != inbox.Processed {
 		t.Fatalf("Run after up/down/up = %v, %v", out, err)
+	}
+}
+
+// TestMigrateDownNeedsExplicitSteps: a zero or negative count (an unset field, a parse that
+// failed to 0) must not mean "revert everything".
+func TestMigrateDownNeedsExplicitSteps(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	ctx := t.Context()
+	schema := "m_" + randHex(4)
+	applied, err := inbox.Migrate(ctx, pool, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, steps := range []int{0, -1} {
+		reverted, err := inbox.MigrateDown(ctx, pool, schema, steps)
+		if err == nil || !strings.Contains(err.Error(), "MigrateDownAll") || len(reverted) != 0 {
+			t.Fatalf("MigrateDown(steps %d) = %v, %v; want an error naming MigrateDownAll and nothing reverted", steps, reverted, err)
+		}
+		if !tableExists(t, pool, schema, "processed_messages") || !tableExists(t, pool, schema, "idempotency_keys") {
+			t.Fatalf("MigrateDown(steps %d) dropped tables", steps)
+		}
+	}
+	reverted, err := inbox.MigrateDown(ctx, pool, schema, 1)
+	if err != nil || len(reverted) != 1 || reverted[0] != applied[len(applied)-1] {
+		t.Fatalf("MigrateDown(1) = %v, %v; want the last of %v", reverted, err, applied)
 	}
 }
 

@@ -31,6 +31,9 @@ type Migration struct {
 	Name    string
 	Up      string
 	Down    string
+	// Drops are the tables of the schema that Down drops (DROP TABLE {{schema}}.name), so a
+	// caller can see what a revert would destroy before it runs.
+	Drops []string
 }
 
 // Status is a migration and whether and when it was applied.
@@ -47,7 +50,26 @@ type Migrator struct {
 	migrations   []Migration
 }
 
-var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
+var (
+	fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
+	// dropTable finds the table list of a DROP TABLE statement.
+	dropTable = regexp.MustCompile(`(?is)\bDROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?([^;]+?)\s*(?:\bCASCADE\b|\bRESTRICT\b|;|$)`)
+	// schemaTable is one entry of that list that names a table of the migrated schema.
+	schemaTable = regexp.MustCompile(`^\{\{schema\}\}\."?([a-z_][a-z0-9_]*)"?$`)
+)
+
+// droppedTables lists the tables of {{schema}} that the raw SQL of a down migration drops.
+func droppedTables(sql string) []string {
+	var out []string
+	for _, m := range dropTable.FindAllStringSubmatch(sql, -1) {
+		for name := range strings.SplitSeq(m[1], ",") {
+			if t := schemaTable.FindStringSubmatch(strings.TrimSpace(name)); t != nil {
+				out = append(out, t[1])
+			}
+		}
+	}
+	return out
+}
 
 // New loads the migrations in dir of fsys. schema and versionTable must be valid identifiers.
 func New(pool *pgxpool.Pool, fsys fs.FS, dir, schema, versionTable string) (*Migrator, error) {
@@ -83,6 +105,7 @@ func New(pool *pgxpool.Pool, fsys fs.FS, dir, schema, versionTable string) (*Mig
 			mig.Up = sql
 		} else {
 			mig.Down = sql
+			mig.Drops = droppedTables(string(b))
 		}
 	}
 	mg := &Migrator{pool: pool, schema: schema, versionTable: versionTable}
@@ -207,9 +230,24 @@ func (mg *Migrator) Up(ctx context.Context) ([]int, error) {
 	return done, nil
 }
 
-// Down reverts the last steps applied migrations (all of them when steps <= 0) and returns the
-// versions it reverted.
+// ErrNoSteps is returned by Down for a count under 1. Reverting every migration is DownAll: a
+// count of 0 from an unset field must not drop every table.
+var ErrNoSteps = errors.New("migrate: down needs at least 1 step")
+
+// Down reverts the last steps applied migrations, newest first, and returns the versions it
+// reverted. steps must be at least 1 ([ErrNoSteps]).
 func (mg *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
+	if steps < 1 {
+		return nil, fmt.Errorf("%w (got %d)", ErrNoSteps, steps)
+	}
+	return mg.down(ctx, steps)
+}
+
+// DownAll reverts every applied migration, newest first, and returns the versions it reverted.
+func (mg *Migrator) DownAll(ctx context.Context) ([]int, error) { return mg.down(ctx, 0) }
+
+// down reverts the last steps applied migrations, or all of them when steps is 0.
+func (mg *Migrator) down(ctx context.Context, steps int) ([]int, error) {
 	conn, release, applied, err := mg.begin(ctx)
 	if err != nil {
 		return nil, err

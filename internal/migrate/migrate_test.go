@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -34,5 +35,23 @@ func TestNewRejectsBadSets(t *testing.T) {
 	}
 	if mg.Latest() != 2 || mg.migrations[0].Name != "a" || !strings.Contains(mg.migrations[0].Up, `CREATE TABLE "app".t`) {
 		t.Fatalf("loaded %+v", mg.migrations)
+	}
+}
+
+func TestDroppedTables(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		sql  string
+		want []string
+	}{
+		{"DROP TABLE {{schema}}.processed_messages;", []string{"processed_messages"}},
+		{"drop table if exists {{schema}}.a, {{schema}}.\"b\" cascade;\nDROP TABLE {{schema}}.c", []string{"a", "b", "c"}},
+		{"-- keeps the table\nALTER TABLE {{schema}}.k DROP COLUMN expires_at;\nDROP INDEX {{schema}}.k_idx;", nil},
+		{"DROP TABLE other.t;", nil},
+	}
+	for _, tc := range cases {
+		if got := droppedTables(tc.sql); !slices.Equal(got, tc.want) {
+			t.Errorf("droppedTables(%q) = %q, want %q", tc.sql, got, tc.want)
+		}
 	}
 }
