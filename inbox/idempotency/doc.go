@@ -88,17 +88,22 @@
 //
 // # Expiry
 //
-// A stored key lives for Config.TTL: 24 hours by default, and never less ([MinTTL]). Past it,
-// the key is a new request: its row is taken over and the handler runs again. [Middleware.Purge]
-// and [Middleware.PurgeLoop] delete expired rows with the inbox's purge machinery (short
-// batches, the database's clock, one process at a time). Publish the TTL to your API's clients:
+// A stored key lives for Config.TTL: 24 hours by default, and never less ([MinTTL]). The expiry
+// is stored with the key (expires_at, now() + TTL by the database's clock when the response is
+// stored), so every process agrees on it: past it, the key is a new request, its row is taken
+// over and the handler runs again. [Middleware.Purge], [Middleware.PurgeLoop], [PurgeExpired]
+// and `sqsinbox purge` delete rows whose expiry has passed, with the inbox's purge machinery
+// (short batches, the database's clock, one process at a time). None of them needs to know the
+// TTL, so a purge run by a cron job never cuts a 72-hour TTL to 24 hours, and raising or
+// lowering the TTL changes only keys stored afterwards. Publish the TTL to your API's clients:
 // "Idempotency keys are kept for at least 24 hours".
 //
 // # Schema
 //
 // The idempotency_keys table is created by the inbox's migrations ([inbox.Migrate], or
-// `sqsinbox migrate up`), in the inbox's schema (Config.Schema). Nothing is created on first
-// use; [Middleware.Check] reports a missing table at start.
+// `sqsinbox migrate up`), in the inbox's schema (Config.Schema); migration 0003 adds each key's
+// expires_at (rows stored before it get created_at + 24 hours). Nothing is created on first
+// use; [Middleware.Check] reports a missing table, or one without expires_at, at start.
 //
 // # Limits
 //

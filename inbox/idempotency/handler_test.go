@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 )
 
@@ -314,10 +316,7 @@ func TestKeyPastTTLRunsAgain(t *testing.T) {
 	b := setup(t, nil)
 	first := b.do(t, request{keys: []string{"ttl-1"}, body: payBody})
 	// Age the row past the TTL by the database's clock.
-	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - make_interval(secs => $1) - interval '1 second'",
-		b.mw.TTL().Seconds()); err != nil {
-		t.Fatal(err)
-	}
+	b.age(t, fmt.Sprintf("%d seconds", int(b.mw.TTL().Seconds())+1), "")
 	// A different body too: an expired key is a new request, not a mismatch.
 	second := b.do(t, request{keys: []string{"ttl-1"}, body: `{"amount":7,"currency":"USD"}`})
 	if second.status != http.StatusCreated || second.replayed() || bytes.Equal(second.body, first.body) {
@@ -337,9 +336,7 @@ func TestPurge(t *testing.T) {
 	b := setup(t, nil)
 	b.do(t, request{keys: []string{"old"}, body: payBody})
 	b.do(t, request{keys: []string{"new"}, body: payBody})
-	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - interval '25 hours' WHERE ctid = (SELECT min(ctid) FROM "+b.schema+".idempotency_keys)"); err != nil {
-		t.Fatal(err)
-	}
+	b.age(t, "25 hours", "ctid = (SELECT min(ctid) FROM "+b.schema+".idempotency_keys)")
 	res, err := b.mw.Purge(t.Context())
 	if err != nil || res.Deleted != 1 || res.Skipped {
 		t.Fatalf("Purge = %+v, %v", res, err)
@@ -354,6 +351,40 @@ func TestPurge(t *testing.T) {
 	res, err = idempotency.PurgeExpired(t.Context(), b.pool, b.schema, idempotency.MinTTL, 0, func(n int64) { batches = append(batches, n) })
 	if err != nil || res.Deleted != 0 || len(batches) != 1 {
 		t.Fatalf("PurgeExpired = %+v, %v, progress %v", res, err, batches)
+	}
+}
+
+// TestPurgeKeepsEachKeyForItsOwnTTL: a key stored by a middleware with a 72-hour TTL is replayed
+// for 72 hours, so no purge may delete it after 24: not PurgeExpired as the CLI runs it (with the
+// minimum TTL as its floor), nor the purge of a middleware whose own TTL is the default.
+func TestPurgeKeepsEachKeyForItsOwnTTL(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &idempotency.Config{TTL: 72 * time.Hour})
+	first := b.do(t, request{keys: []string{"long"}, body: payBody})
+	// The key was created 25 hours ago, by the database's clock.
+	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = created_at - interval '25 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := idempotency.PurgeExpired(t.Context(), b.pool, b.schema, idempotency.MinTTL, 0, nil); err != nil || res.Deleted != 0 {
+		t.Fatalf("PurgeExpired(MinTTL) = %+v, %v: it deleted a key 25 hours into its 72-hour TTL", res, err)
+	}
+	short, err := idempotency.New(b.pool, &idempotency.Config{Schema: b.schema, Principal: principal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := short.Purge(t.Context()); err != nil || res.Deleted != 0 {
+		t.Fatalf("the purge of a 24-hour middleware = %+v, %v: it deleted a key 25 hours into its 72-hour TTL", res, err)
+	}
+	again := b.do(t, request{keys: []string{"long"}, body: payBody})
+	if !again.replayed() || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("within its TTL: %d replayed=%v %s", again.status, again.replayed(), again.body)
+	}
+	// Once its own expiry has passed, it goes.
+	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET expires_at = now() - interval '1 second'"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := idempotency.PurgeExpired(t.Context(), b.pool, b.schema, idempotency.MinTTL, 0, nil); err != nil || res.Deleted != 1 {
+		t.Fatalf("PurgeExpired after the expiry = %+v, %v; want the key deleted", res, err)
 	}
 }
 
@@ -533,6 +564,23 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+func TestCheckNeedsEveryMigration(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	if _, err := inbox.MigrateDown(t.Context(), b.pool, b.schema, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.mw.Check(t.Context()); !errors.Is(err, idempotency.ErrNotMigrated) || !strings.Contains(err.Error(), "expires_at") {
+		t.Fatalf("Check without migration 0003 = %v; want ErrNotMigrated naming expires_at", err)
+	}
+	if _, err := inbox.Migrate(t.Context(), b.pool, b.schema); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.mw.Check(t.Context()); err != nil {
+		t.Fatalf("Check after Migrate: %v", err)
+	}
+}
+
 func TestRetryWaitingForTheAttemptReplaysIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &idempotency.Config{Wait: 20 * time.Second})
@@ -580,9 +628,7 @@ func TestPurgeLoop(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &idempotency.Config{PurgeInterval: time.Hour})
 	b.do(t, request{keys: []string{"old"}, body: payBody})
-	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - interval '25 hours'"); err != nil {
-		t.Fatal(err)
-	}
+	b.age(t, "25 hours", "")
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- b.mw.PurgeLoop(ctx) }()
@@ -597,9 +643,7 @@ func TestConcurrentRetriesOfAnExpiredKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	old := b.do(t, request{keys: []string{"exp"}, body: payBody})
-	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".idempotency_keys SET created_at = now() - interval '25 hours'"); err != nil {
-		t.Fatal(err)
-	}
+	b.age(t, "25 hours", "")
 	const n = 30
 	responses := make([]response, n)
 	var wg sync.WaitGroup

@@ -104,8 +104,10 @@ type Config struct {
 	// runs the handler again. nil means DefaultStore: everything below 500.
 	Store func(status int) bool
 
-	// TTL is how long a stored response is replayed. A key older than that is a new request,
-	// and the purge deletes it. 0 means DefaultTTL; less than MinTTL is an error.
+	// TTL is how long a stored response is replayed. It is stored with each key (its
+	// expires_at, now() + TTL by the database's clock when the response is stored): past it the
+	// key is a new request, and the purge deletes it. A key keeps the TTL it was stored with
+	// when the TTL is changed later. 0 means DefaultTTL; less than MinTTL is an error.
 	TTL time.Duration
 
 	// Lease bounds one attempt: the handler's context ends after it (and the attempt rolls
@@ -259,17 +261,24 @@ func (c *Config) validate() error {
 // TTL returns how long stored responses are replayed.
 func (m *Middleware) TTL() time.Duration { return m.cfg.TTL }
 
-// ErrNotMigrated is wrapped by [Middleware.Check] when the table does not exist.
-var ErrNotMigrated = errors.New("idempotency: the idempotency_keys table does not exist")
+// ErrNotMigrated is wrapped by [Middleware.Check] when the table does not exist, or lacks a
+// column a later migration adds.
+var ErrNotMigrated = errors.New("idempotency: the idempotency_keys table is missing or not migrated to the latest version")
 
-// Check verifies, at start, that the table exists (that [inbox.Migrate] has run for the schema).
+// Check verifies, at start, that the table exists with every column the middleware uses (that
+// [inbox.Migrate] has run for the schema).
 func (m *Middleware) Check(ctx context.Context) error {
-	var ok bool
-	if err := m.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlident.Quote(m.cfg.Schema, table)).Scan(&ok); err != nil {
+	var exists, current bool
+	err := m.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+	EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'expires_at' AND NOT attisdropped)`,
+		sqlident.Quote(m.cfg.Schema, table)).Scan(&exists, &current)
+	switch {
+	case err != nil:
 		return fmt.Errorf("idempotency: check: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("%w in schema %q; run inbox.Migrate (`sqsinbox migrate up`)", ErrNotMigrated, m.cfg.Schema)
+	case !exists:
+		return fmt.Errorf("%w: schema %q has no %s table; run inbox.Migrate (`sqsinbox migrate up`)", ErrNotMigrated, m.cfg.Schema, table)
+	case !current:
+		return fmt.Errorf("%w: %s.%s has no expires_at column (migration 0003); run inbox.Migrate (`sqsinbox migrate up`)", ErrNotMigrated, m.cfg.Schema, table)
 	}
 	return nil
 }

@@ -253,6 +253,20 @@ func (b *bundle) count(t testing.TB, table string) int {
 	return n
 }
 
+// age moves the stored keys (those the SQL condition where selects, or all when it is empty)
+// back in time by the interval by, on the database's clock: their creation and their expiry.
+func (b *bundle) age(t testing.TB, by, where string) {
+	t.Helper()
+	if where == "" {
+		where = "true"
+	}
+	_, err := b.pool.Exec(context.Background(), "UPDATE "+b.schema+".idempotency_keys SET created_at = created_at - $1::interval, "+
+		"expires_at = expires_at - $1::interval WHERE "+where, by)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func problemCode(t testing.TB, r response) string {
 	t.Helper()
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {

@@ -29,7 +29,7 @@ func newStatements(t string) statements {
 		// up to lock_timeout: a timeout is a 409; a commit there returns no row at all (the
 		// snapshot predates it), so the caller reads again; a rollback there lets the INSERT in.
 		claim: `WITH cur AS (
-	SELECT fingerprint, status, headers, body, created_at <= now() - make_interval(secs => $3) AS expired
+	SELECT fingerprint, status, headers, body, expires_at <= now() AS expired
 	FROM ` + t + ` WHERE key_hash = $1::bytea
 ), ins AS (
 	INSERT INTO ` + t + ` (key_hash, fingerprint)
@@ -40,12 +40,16 @@ func newStatements(t string) statements {
 SELECT true, NULL::bytea, NULL::smallint, NULL::jsonb, NULL::bytea, false FROM ins
 UNION ALL
 SELECT false, fingerprint, status, headers, body, expired FROM cur`,
-		reread: `SELECT false, fingerprint, status, headers, body, created_at <= now() - make_interval(secs => $2)
+		reread: `SELECT false, fingerprint, status, headers, body, expires_at <= now()
 FROM ` + t + ` WHERE key_hash = $1`,
 		// An expired row is a new request: the attempt takes the row over in its transaction.
 		takeover: `UPDATE ` + t + ` SET fingerprint = $2, status = NULL, headers = NULL, body = NULL, created_at = now()
-WHERE key_hash = $1 AND created_at <= now() - make_interval(secs => $3)`,
-		complete: `UPDATE ` + t + ` SET status = $2, headers = $3, body = $4 WHERE key_hash = $1 AND status IS NULL`,
+WHERE key_hash = $1 AND expires_at <= now()`,
+		// The row's expiry is set with the response, by the database's clock, from this
+		// middleware's TTL: each key keeps the promise made when it was stored, and the purge
+		// deletes by it.
+		complete: `UPDATE ` + t + ` SET status = $2, headers = $3, body = $4, expires_at = now() + make_interval(secs => $5)
+WHERE key_hash = $1 AND status IS NULL`,
 	}
 }
 
@@ -78,7 +82,7 @@ func (m *Middleware) beginClaim(ctx context.Context, kh, fp []byte) (pgx.Tx, sto
 	for _, q := range m.settings {
 		b.Queue(q)
 	}
-	b.Queue(m.sql.claim, kh, fp, m.cfg.TTL.Seconds())
+	b.Queue(m.sql.claim, kh, fp)
 	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	br := m.pool.SendBatch(ctx, b)
 	tx := br.Tx()
@@ -112,11 +116,10 @@ func (m *Middleware) beginClaim(ctx context.Context, kh, fp []byte) (pgx.Tx, sto
 // the attempt it waited for committed after its snapshot). It reads again, takes an expired row
 // over, or claims again if the row was purged meanwhile.
 func (m *Middleware) settle(ctx context.Context, tx pgx.Tx, kh, fp []byte, row stored, found bool) (stored, error) {
-	ttl := m.cfg.TTL.Seconds()
 	for attempt := 0; ; attempt++ {
 		if !found {
 			var err error
-			row, found, err = scanStored(tx.QueryRow(ctx, m.sql.reread, kh, ttl))
+			row, found, err = scanStored(tx.QueryRow(ctx, m.sql.reread, kh))
 			if err != nil {
 				return stored{}, err
 			}
@@ -151,7 +154,7 @@ func (m *Middleware) settle(ctx context.Context, tx pgx.Tx, kh, fp []byte, row s
 func (m *Middleware) claimAgain(ctx context.Context, tx pgx.Tx, kh, fp []byte) (stored, bool, error) {
 	var b pgx.Batch
 	b.Queue(m.settings[0]) // lock_timeout = the wait
-	b.Queue(m.sql.claim, kh, fp, m.cfg.TTL.Seconds())
+	b.Queue(m.sql.claim, kh, fp)
 	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	br := tx.SendBatch(ctx, &b)
 	_, err := br.Exec()
@@ -174,7 +177,7 @@ func (m *Middleware) claimAgain(ctx context.Context, tx pgx.Tx, kh, fp []byte) (
 func (m *Middleware) takeover(ctx context.Context, tx pgx.Tx, kh, fp []byte) (bool, error) {
 	var b pgx.Batch
 	b.Queue(m.settings[0]) // lock_timeout = the wait
-	b.Queue(m.sql.takeover, kh, fp, m.cfg.TTL.Seconds())
+	b.Queue(m.sql.takeover, kh, fp)
 	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	br := tx.SendBatch(ctx, &b)
 	_, err := br.Exec()
@@ -212,7 +215,7 @@ func (m *Middleware) complete(ctx context.Context, tx pgx.Tx, kh []byte, status 
 	if body == nil {
 		body = []byte{}
 	}
-	tag, err := tx.Exec(ctx, m.sql.complete, kh, status, hj, body)
+	tag, err := tx.Exec(ctx, m.sql.complete, kh, status, hj, body, m.cfg.TTL.Seconds())
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,18 @@ import (
 type Target struct {
 	// Schema and Table name the table; both must be valid identifiers.
 	Schema, Table string
-	// Column is the timestamptz column compared with the horizon.
+	// Column is the timestamptz column compared with the horizon: rows whose Column is before
+	// it are deleted.
 	Column string
-	// Retention is how long rows are kept: the horizon is now() - Retention on the server.
+	// Retention is how long rows are kept: the horizon is now() - Retention on the server. It
+	// must be positive, unless Expiry is set.
 	Retention time.Duration
+	// Expiry says that Column holds each row's own expiry: the horizon is now() (Retention must
+	// be 0).
+	Expiry bool
+	// Floor, when not nil, also keeps every row younger than its age: a safety margin under a
+	// horizon that the rows themselves set.
+	Floor *Floor
 	// BatchSize is the number of rows deleted per statement.
 	BatchSize int
 	// LockKey names the advisory lock that keeps two purgers of the target apart.
@@ -28,13 +36,19 @@ type Target struct {
 	OnBatch func(deleted int64)
 }
 
+// Floor keeps rows whose Column is later than now() - Age.
+type Floor struct {
+	Column string
+	Age    time.Duration
+}
+
 // Result reports one purge run.
 type Result struct {
 	// Deleted is the number of rows deleted.
 	Deleted int64
 	// Batches is the number of DELETE statements run.
 	Batches int
-	// Horizon is the database time before which rows were deleted.
+	// Horizon is the database time before which rows (their Column) were deleted.
 	Horizon time.Time
 	// Locked is true when another purger held the lock and nothing was done.
 	Locked bool
@@ -45,13 +59,25 @@ type Result struct {
 // with Locked set, if another session holds the target's advisory lock.
 func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 	var res Result
-	for _, id := range []string{t.Schema, t.Table, t.Column} {
+	ids := []string{t.Schema, t.Table, t.Column}
+	if t.Floor != nil {
+		ids = append(ids, t.Floor.Column)
+		if t.Floor.Age <= 0 {
+			return res, fmt.Errorf("purge: the floor's age (%v) must be positive", t.Floor.Age)
+		}
+	}
+	for _, id := range ids {
 		if err := sqlident.Validate("purge identifier", id); err != nil {
 			return res, err
 		}
 	}
-	if t.Retention <= 0 || t.BatchSize <= 0 {
-		return res, fmt.Errorf("purge: retention (%v) and batch size (%d) must be positive", t.Retention, t.BatchSize)
+	switch {
+	case t.BatchSize <= 0:
+		return res, fmt.Errorf("purge: batch size (%d) must be positive", t.BatchSize)
+	case t.Expiry && t.Retention != 0:
+		return res, fmt.Errorf("purge: an expiry column takes no retention (%v)", t.Retention)
+	case !t.Expiry && t.Retention <= 0:
+		return res, fmt.Errorf("purge: retention (%v) must be positive", t.Retention)
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -69,19 +95,34 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", t.LockKey)
 	}()
-	if err := conn.QueryRow(ctx, "SELECT now() - make_interval(secs => $1)", t.Retention.Seconds()).Scan(&res.Horizon); err != nil {
+	// Both horizons are read once, so every batch deletes by the same ones.
+	var floor time.Time
+	var floorAge float64
+	if t.Floor != nil {
+		floorAge = t.Floor.Age.Seconds()
+	}
+	err = conn.QueryRow(ctx, "SELECT now() - make_interval(secs => $1), now() - make_interval(secs => $2)",
+		t.Retention.Seconds(), floorAge).Scan(&res.Horizon, &floor)
+	if err != nil {
 		return res, fmt.Errorf("purge: read the database clock: %w", err)
 	}
 	table := sqlident.Quote(t.Schema, t.Table)
-	col := sqlident.Quote(t.Column)
+	where := sqlident.Quote(t.Column) + " < $1"
+	if t.Floor != nil {
+		where += " AND " + sqlident.Quote(t.Floor.Column) + " < $3"
+	}
 	// ctid batches keep each statement, and the locks it takes, short.
 	del := "DELETE FROM " + table + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + table +
-		" WHERE " + col + " < $1 LIMIT $2))"
+		" WHERE " + where + " LIMIT $2))"
+	args := []any{res.Horizon, t.BatchSize}
+	if t.Floor != nil {
+		args = append(args, floor)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		tag, err := conn.Exec(ctx, del, res.Horizon, t.BatchSize)
+		tag, err := conn.Exec(ctx, del, args...)
 		if err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
 		}
