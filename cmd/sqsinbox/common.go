@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/worker"
@@ -26,14 +28,15 @@ type dbFlags struct {
 	schema string
 }
 
-func (d *dbFlags) register(fs *flag.FlagSet) {
+func (d *dbFlags) register(fs *flags) {
 	fs.StringVar(&d.url, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL)")
 	fs.StringVar(&d.schema, "schema", "sqsinbox", "schema of the inbox's tables")
 }
 
 // connect opens a pool and checks that the server answers, so an unreachable database is one
-// clear line at once.
-func (d *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
+// clear line at once. timeout (0: none) bounds connecting and, as the sessions'
+// statement_timeout, each statement.
+func (d *dbFlags) connect(ctx context.Context, timeout time.Duration) (*pgxpool.Pool, error) {
 	u := d.url
 	if u == "" {
 		u = os.Getenv("DATABASE_URL")
@@ -47,22 +50,66 @@ func (d *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("%w: the database URL does not parse (check --database-url or DATABASE_URL)", errUsage)
 	}
 	cfg.MaxConns = 4
+	if timeout > 0 {
+		if cc := &cfg.ConnConfig.Config; cc.ConnectTimeout == 0 || cc.ConnectTimeout > timeout {
+			cc.ConnectTimeout = timeout
+		}
+		if _, set := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !set {
+			cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(timeout.Milliseconds(), 10)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := withTimeout(ctx, timeout)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("database %s:%d unreachable: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, connectError(err, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), timeout)
 	}
 	return pool, nil
 }
 
+// withTimeout is context.WithTimeout, or no deadline when d is 0.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// connectError says why PostgreSQL at addr could not be used: what the server said (its
+// message and SQLSTATE, such as 28P01 for a wrong password or 3D000 for a missing database),
+// that it did not answer in time, or that it could not be reached.
+func connectError(err error, addr string, timeout time.Duration) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		hint := map[string]string{
+			"28P01": "check the user and password in --database-url or DATABASE_URL (or ~/.pgpass)",
+			"28000": "check the user name, and the server's pg_hba.conf",
+			"3D000": "check the database name in --database-url or DATABASE_URL, or create the database",
+			"53300": "the server has no free connection slots; try again later",
+		}[pgErr.Code]
+		if hint != "" {
+			hint = "; " + hint
+		}
+		return fmt.Errorf("PostgreSQL at %s: %s (SQLSTATE %s)%s", addr, pgErr.Message, pgErr.Code, hint)
+	case pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("PostgreSQL at %s did not answer within %v (--timeout)", addr, timeout)
+	}
+	return fmt.Errorf("PostgreSQL at %s unreachable: %w", addr, err)
+}
+
 // awsConfig loads the standard AWS configuration chain (AWS_REGION, AWS_PROFILE, the
-// credentials, AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE>) and requires a region.
-func awsConfig(ctx context.Context) (aws.Config, error) {
+// credentials, AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE>), requires a region and
+// resolves the credentials up front, within timeout, so that missing ones are one clear error
+// rather than the SDK's chain of wrappers from the first call.
+func awsConfig(ctx context.Context, timeout time.Duration) (aws.Config, error) {
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("AWS configuration: %w", err)
@@ -70,20 +117,90 @@ func awsConfig(ctx context.Context) (aws.Config, error) {
 	if cfg.Region == "" {
 		return aws.Config{}, fmt.Errorf("%w: no AWS region: set AWS_REGION (or a profile with a region)", errUsage)
 	}
+	cctx, cancel := withTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := cfg.Credentials.Retrieve(cctx); err != nil {
+		if ctx.Err() != nil {
+			return aws.Config{}, err
+		}
+		return aws.Config{}, credentialsError(err, timeout)
+	}
 	return cfg, nil
 }
 
+// credentialsError names the places the SDK looked for credentials. The SDK falls back to the
+// EC2 instance metadata service only when nothing else is configured, so a failure there means
+// none of the others held credentials; the SDK offers no typed error for that, hence the text.
+func credentialsError(err error, timeout time.Duration) error {
+	if !strings.Contains(err.Error(), "EC2 IMDS") {
+		return fmt.Errorf("AWS credentials: %w", err)
+	}
+	why := "no role found there"
+	if errors.Is(err, context.DeadlineExceeded) {
+		why = fmt.Sprintf("no answer within %v", timeout)
+	}
+	return errors.New("no AWS credentials found; tried the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), " +
+		"the shared config and credentials files (AWS_PROFILE, ~/.aws/config, ~/.aws/credentials), web identity " +
+		"(AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN), container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI " +
+		"or _RELATIVE_URI) and the EC2 instance metadata service (" + why + ")")
+}
+
 // sqsClient builds an SQS client from the standard AWS configuration chain, including
-// AWS_ENDPOINT_URL_SQS, with the worker's request-body guard.
-func sqsClient(ctx context.Context) (*sqs.Client, error) {
-	cfg, err := awsConfig(ctx)
+// AWS_ENDPOINT_URL_SQS, with the worker's request-body guard and timeout on each call.
+func sqsClient(ctx context.Context, timeout time.Duration) (*sqs.Client, error) {
+	cfg, err := awsConfig(ctx, timeout)
 	if err != nil {
 		return nil, err
 	}
-	return newSQS(cfg), nil
+	return newSQS(cfg, timeout), nil
 }
 
-func newSQS(cfg aws.Config) *sqs.Client { return sqs.NewFromConfig(cfg, worker.PlainRequestBodies) }
+func newSQS(cfg aws.Config, timeout time.Duration) *sqs.Client {
+	return sqs.NewFromConfig(cfg, worker.PlainRequestBodies, func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, callTimeout("SQS", endpointOf(*o), timeout))
+	})
+}
+
+// sqsEndpoint is the endpoint c calls, for messages.
+func sqsEndpoint(c *sqs.Client) string { return endpointOf(c.Options()) }
+
+// endpointOf is the configured endpoint (AWS_ENDPOINT_URL_SQS, ...) or the region's AWS one.
+func endpointOf(o sqs.Options) string {
+	if ep := aws.ToString(o.BaseEndpoint); ep != "" {
+		return ep
+	}
+	return "https://sqs." + o.Region + ".amazonaws.com"
+}
+
+// timeoutError is a call that got no answer within --timeout.
+type timeoutError struct {
+	service, endpoint string
+	timeout           time.Duration
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("%s at %s did not answer within %v (--timeout)", e.service, e.endpoint, e.timeout)
+}
+
+// callTimeout bounds each call of a client, its retries included, to d (0: no bound), and turns
+// running out of it into a *timeoutError that names the endpoint.
+func callTimeout(service, endpoint string, d time.Duration) func(*middleware.Stack) error {
+	return func(stack *middleware.Stack) error {
+		if d <= 0 {
+			return nil
+		}
+		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("sqsinboxCallTimeout",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				cctx, cancel := context.WithTimeout(ctx, d)
+				defer cancel()
+				out, md, err := next.HandleInitialize(cctx, in)
+				if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+					err = &timeoutError{service: service, endpoint: endpoint, timeout: d}
+				}
+				return out, md, err
+			}), middleware.Before)
+	}
+}
 
 // queueURL resolves a queue given by URL or by name.
 func queueURL(ctx context.Context, c *sqs.Client, q string) (string, error) {
@@ -102,7 +219,13 @@ func queueURL(ctx context.Context, c *sqs.Client, q string) (string, error) {
 
 // apiError shortens an SDK error to its service code and message.
 func apiError(err error) string {
-	var ae smithy.APIError
+	var (
+		ae smithy.APIError
+		te *timeoutError
+	)
+	if errors.As(err, &te) {
+		return te.Error()
+	}
 	if errors.As(err, &ae) {
 		switch ae.ErrorCode() {
 		case "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist":
@@ -129,6 +252,17 @@ func parseAge(s string) (time.Duration, error) {
 	return v, nil
 }
 
+// plural is "1 row", "2 rows", "3 batches".
+func plural(n int, unit string) string {
+	switch {
+	case n == 1:
+		return "1 " + unit
+	case strings.HasSuffix(unit, "ch") || strings.HasSuffix(unit, "s") || strings.HasSuffix(unit, "x"):
+		return fmt.Sprintf("%d %ses", n, unit)
+	}
+	return fmt.Sprintf("%d %ss", n, unit)
+}
+
 // durationText shows whole days as "14d" (the form --older-than takes) and anything else as Go
 // does.
 func durationText(d time.Duration) string {
@@ -138,13 +272,14 @@ func durationText(d time.Duration) string {
 	return d.String()
 }
 
-// isTerminal reports whether w is a terminal, where progress is redrawn in place.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+// isTerminal reports whether f (a reader or writer) is a terminal, where progress is redrawn in
+// place and a person can answer a question.
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
 	if !ok {
 		return false
 	}
-	st, err := f.Stat()
+	st, err := file.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 

@@ -2,7 +2,8 @@
 // its state and a queue's, sends test events, and redrives a dead-letter queue.
 //
 //	sqsinbox migrate up|down|status   apply, revert or list the inbox's migrations
-//	sqsinbox purge                    delete inbox rows and idempotency keys past their ages, once
+//	sqsinbox purge                    delete inbox rows past the queues' redelivery horizon, and
+//	                                  expired idempotency keys, once
 //	sqsinbox stats                    rows per handler; a queue's depth and its DLQ's, and the
 //	                                  age of their oldest messages (from CloudWatch)
 //	sqsinbox send                     send JSON lines to a queue, with an event_id attribute
@@ -21,8 +22,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -35,6 +38,8 @@ func main() {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// terminal is true when stdin and stderr are a terminal: a person is there to answer.
+	terminal bool
 }
 
 type command struct {
@@ -45,7 +50,7 @@ type command struct {
 
 var commands = []command{
 	{"migrate", "apply, revert or list the inbox's schema migrations", runMigrate},
-	{"purge", "delete inbox rows and HTTP idempotency keys past their ages, once", runPurge},
+	{"purge", "delete inbox rows past the queues' redelivery horizon, and expired HTTP idempotency keys, once", runPurge},
 	{"stats", "show inbox rows per handler, and a queue's depth, its DLQ's and their oldest ages", runStats},
 	{"send", "send JSON lines from a file or stdin to a queue", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
@@ -55,12 +60,21 @@ var commands = []command{
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := env{stdin: stdin, stdout: stdout, stderr: stderr}
+	return runEnv(ctx, env{stdin: stdin, stdout: stdout, stderr: stderr,
+		terminal: isTerminal(stdin) && isTerminal(stderr)}, args)
+}
+
+func runEnv(ctx context.Context, e env, args []string) int {
+	stderr := e.stderr
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {
 			return 2
 		}
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintln(e.stdout, "sqsinbox", version())
 		return 0
 	}
 	for _, c := range commands {
@@ -88,12 +102,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return 2
 }
 
+// version is the module version the binary was built from: a tag for `go install ...@v1.2.3`,
+// "(devel)" for a build in a checkout.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: sqsinbox <command> [flags]\n\nCommands:")
+	fmt.Fprintln(w, "Usage: sqsinbox <command> [flags] [words]\n\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun `sqsinbox <command> --help` for a command's flags and an example.")
+	fmt.Fprintln(w, "\nRun `sqsinbox <command> --help` for a command's flags and an example; `sqsinbox --version` for the version.")
+	fmt.Fprintln(w, "Flags may come before or after a command's words; `--` ends the flags.")
 	fmt.Fprintln(w, "Environment: DATABASE_URL, and the standard AWS variables (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_CLOUDWATCH, ...).")
 }
 
@@ -108,26 +132,58 @@ func oneLine(err error) string {
 	return strings.TrimPrefix(strings.Join(parts, ": "), errUsage.Error()+": ")
 }
 
-// newFlags returns a flag set whose --help shows the summary, the flags and an example.
-func newFlags(e env, name, synopsis, example string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+// defaultTimeout bounds each call to SQS or PostgreSQL (--timeout). CloudWatch, which only
+// stats asks, has its own shorter bound (ageTimeout).
+const defaultTimeout = 30 * time.Second
+
+// flags is a command's flag set with the flags every command has.
+type flags struct {
+	*flag.FlagSet
+	// timeout bounds each call to a server; 0 means no bound.
+	timeout time.Duration
+}
+
+// newFlags returns a flag set whose --help shows the summary, the flags and an example, with
+// --timeout registered.
+func newFlags(e env, name, synopsis, example string) *flags {
+	fs := &flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: sqsinbox %s\n\nFlags:\n", synopsis)
+		fmt.Fprintf(e.stderr, "Usage: sqsinbox %s\n\nFlags (before or after the words):\n", synopsis)
 		fs.PrintDefaults()
 		fmt.Fprintf(e.stderr, "\nExample:\n%s\n", example)
 	}
+	fs.DurationVar(&fs.timeout, "timeout", defaultTimeout,
+		"the longest one call to SQS or PostgreSQL may take, connecting and retries included; a server that "+
+			"accepts the connection but never answers fails after it, named (0: no limit)")
 	return fs
 }
 
-// parse parses args, turning flag errors into usage errors (the flag package has already
-// printed the usage).
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// parse parses args and returns the words among them. Flags may come before and after words
+// (the flag package alone stops at the first word); `--` ends the flags. Flag errors become
+// usage errors (the flag package has already printed the usage).
+func parse(fs *flags, args []string) ([]string, error) {
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			words = append(words, rest...)
+			break
+		}
+		words = append(words, rest[0])
+		args = rest[1:]
 	}
-	return nil
+	if fs.timeout < 0 {
+		return nil, fmt.Errorf("%w: --timeout %v is negative (0 means no limit)", errUsage, fs.timeout)
+	}
+	return words, nil
 }

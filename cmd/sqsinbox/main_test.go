@@ -87,6 +87,19 @@ func TestEveryCommandHasHelpWithAnExample(t *testing.T) {
 	}
 }
 
+// mustFail checks that the command exited with code, with a last line on stderr that holds
+// each of want, and returns that line.
+func (r result) mustFail(t *testing.T, code int, want ...string) string {
+	t.Helper()
+	line := lastLine(r.stderr)
+	for _, w := range want {
+		if r.code != code || !strings.Contains(line, w) {
+			t.Fatalf("exit %d, last line %q; want exit %d and %q\nstdout: %s", r.code, line, code, w, r.stdout)
+		}
+	}
+	return line
+}
+
 // lastLine is what an operator sees last: one line naming what failed.
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -166,7 +179,7 @@ func TestMigrateStatusPurgeStats(t *testing.T) {
 	}
 	// Rows 14..30 days old go (the 14-day ones were stamped a moment before the purge reads the
 	// clock): 17 per handler; 1..13 stay.
-	r = cli(t, "", append([]string{"purge", "--older-than", "14d", "--batch-size", "5"}, dbArgs...)...).mustOK(t)
+	r = cli(t, "", append([]string{"purge", "--older-than", "14d", "--skip-queue-check", "--batch-size", "5"}, dbArgs...)...).mustOK(t)
 	if !strings.Contains(r.stdout, "deleted 34 rows") || !strings.Contains(r.stdout, "in 7 batches") {
 		t.Fatalf("purge: %s", r.stdout)
 	}
@@ -177,7 +190,7 @@ func TestMigrateStatusPurgeStats(t *testing.T) {
 	if left != 26 {
 		t.Fatalf("rows left = %d, want 26", left)
 	}
-	r = cli(t, "", append(append([]string{"migrate"}, dbArgs...), "down")...).mustOK(t)
+	r = cli(t, "", append(append([]string{"migrate"}, dbArgs...), "down", "--all", "--yes")...).mustOK(t)
 	if !strings.Contains(r.stdout, "reverted") {
 		t.Fatalf("down: %s", r.stdout)
 	}
@@ -247,7 +260,7 @@ func TestSendRefusesBadLinesAndSendsNothing(t *testing.T) {
 		t.Fatalf("queue holds %s messages after refused sends, want 0", n)
 	}
 	r := cli(t, `{"order":"no id"}`, "send", "--queue", q.URL, "--allow-no-key").mustOK(t)
-	if !strings.Contains(r.stdout, "sent 1 messages") {
+	if !strings.Contains(r.stdout, "sent 1 message (1 line × 1)") {
 		t.Fatalf("--allow-no-key: %s", r.stdout)
 	}
 }
@@ -262,7 +275,7 @@ func TestRedriveKeepsTheEventKey(t *testing.T) {
 	}
 	cli(t, strings.Join(lines, "\n"), "send", "--queue", dlq).mustOK(t)
 	r := cli(t, "", "redrive", "--from", dlq, "--to", q.Name).mustOK(t)
-	if !strings.Contains(r.stdout, "moved 25 messages") {
+	if !strings.Contains(r.stdout, "moved 25 messages") || !strings.Contains(r.stdout, "retention period starts again") {
 		t.Fatalf("redrive: stdout %s stderr %s", r.stdout, r.stderr)
 	}
 	keys := map[string]bool{}

@@ -1,35 +1,64 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
-	"strconv"
+	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/sqlident"
 )
 
 func runMigrate(ctx context.Context, e env, args []string) error {
 	var db dbFlags
-	fs := newFlags(e, "migrate", "migrate [flags] up|down|status",
+	fs := newFlags(e, "migrate", "migrate up|down|status [flags]",
 		"  DATABASE_URL=postgres://app@db/app sqsinbox migrate up\n"+
-			"  sqsinbox migrate --database-url postgres://app@db/app --schema sqsinbox status\n"+
-			"  sqsinbox migrate --steps 1 down    # revert the last migration (drops what it created)")
+			"  sqsinbox migrate status --database-url postgres://app@db/app --schema sqsinbox\n"+
+			"  sqsinbox migrate down --steps 1    # revert the last migration (drops what it created)\n"+
+			"  sqsinbox migrate down --all --yes  # revert every migration: drops every table of the inbox\n\n"+
+			"Going down needs --steps N or --all. If a table it would drop holds rows, down asks on a\n"+
+			"terminal, and elsewhere refuses unless --yes is given.\n\n"+
+			"--timeout is also each statement's statement_timeout: for a migration of a large table,\n"+
+			"raise it (or pass --timeout 0).")
 	db.register(fs)
-	steps := fs.Int("steps", 0, "for down: how many migrations to revert (0 means all)")
-	if err := parse(fs, args); err != nil {
+	steps := fs.Int("steps", 0, "for down: how many migrations to revert, newest first (at least 1)")
+	all := fs.Bool("all", false, "for down: revert every migration (drops every table of the inbox)")
+	yes := fs.Bool("yes", false, "for down: drop tables that hold rows without asking")
+	words, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(words) != 1 {
 		fs.Usage()
 		return fmt.Errorf("%w: want exactly one of up, down or status", errUsage)
 	}
-	action := fs.Arg(0)
+	action := words[0]
 	if action != "up" && action != "down" && action != "status" {
 		return fmt.Errorf("%w: unknown action %q: want up, down or status", errUsage, action)
 	}
-	pool, err := db.connect(ctx)
+	stepsSet := false
+	fs.Visit(func(f *flag.Flag) { stepsSet = stepsSet || f.Name == "steps" })
+	switch {
+	case action != "down" && (stepsSet || *all || *yes):
+		return fmt.Errorf("%w: --steps, --all and --yes are for down", errUsage)
+	case action != "down":
+	case stepsSet && *all:
+		return fmt.Errorf("%w: give either --steps or --all, not both", errUsage)
+	case !stepsSet && !*all:
+		return fmt.Errorf("%w: down needs --steps N or --all: --steps N reverts the last N migrations, --all every one (dropping every table)", errUsage)
+	case stepsSet && *steps < 1:
+		return fmt.Errorf("%w: --steps must be at least 1 (to revert every migration, pass --all)", errUsage)
+	}
+	pool, err := db.connect(ctx, fs.timeout)
 	if err != nil {
 		return err
 	}
@@ -46,7 +75,18 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "schema %s: applied %s\n", db.schema, versions(v))
 	case "down":
-		v, err := inbox.MigrateDown(ctx, pool, db.schema, *steps)
+		if *all {
+			*steps = 0
+		}
+		if err := confirmDown(ctx, e, pool, db.schema, *steps, *yes); err != nil {
+			return err
+		}
+		var v []int
+		if *all {
+			v, err = inbox.MigrateDownAll(ctx, pool, db.schema)
+		} else {
+			v, err = inbox.MigrateDown(ctx, pool, db.schema, *steps)
+		}
 		if err != nil {
 			return err
 		}
@@ -70,16 +110,85 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	return nil
 }
 
+// countLimit caps the rows counted in a table down would drop: enough to tell an operator
+// what is at stake without scanning a huge table.
+const countLimit = 1_000_000
+
+// confirmDown finds the tables that reverting the last steps migrations (0: all) would drop and
+// counts their rows. If any holds rows, it asks on a terminal, or refuses unless yes is set.
+func confirmDown(ctx context.Context, e env, pool *pgxpool.Pool, schema string, steps int, yes bool) error {
+	st, err := inbox.Migrations(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	var (
+		reverted []int
+		holding  []string // "schema.table (n rows)"
+	)
+	for _, s := range slices.Backward(st) {
+		if s.AppliedAt.IsZero() {
+			continue
+		}
+		if steps > 0 && len(reverted) == steps {
+			break
+		}
+		reverted = append(reverted, s.Version)
+		for _, t := range s.Drops {
+			n, err := countRows(ctx, pool, schema, t)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				holding = append(holding, fmt.Sprintf("%s.%s (%s)", schema, t, rowsText(n)))
+			}
+		}
+	}
+	if len(holding) == 0 || yes {
+		return nil
+	}
+	what := fmt.Sprintf("reverting %s drops %s", versions(reverted), strings.Join(holding, ", "))
+	if !e.terminal {
+		return fmt.Errorf("%w: %s: pass --yes to confirm (there is no terminal to ask on)", errUsage, what)
+	}
+	fmt.Fprintf(e.stderr, "In schema %s, %s, with their rows.\nType yes to go on: ", schema, what)
+	answer, err := bufio.NewReader(e.stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return errors.New("not confirmed: nothing reverted")
+	}
+	return nil
+}
+
+// countRows counts the rows of schema.table, up to countLimit + 1; a missing table has none.
+func countRows(ctx context.Context, pool *pgxpool.Pool, schema, table string) (int64, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlident.Quote(schema, table)).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int64
+	err := pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT FROM "+sqlident.Quote(schema, table)+" LIMIT $1) t", countLimit+1).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the rows of %s.%s: %w", schema, table, err)
+	}
+	return n, nil
+}
+
+func rowsText(n int64) string {
+	if n > countLimit {
+		return fmt.Sprintf("over %d rows", countLimit)
+	}
+	return plural(int(n), "row")
+}
+
 func versions(v []int) string {
 	if len(v) == 0 {
 		return "nothing"
 	}
-	s := ""
+	parts := make([]string, len(v))
 	for i, n := range v {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf("%04d", n)
+		parts[i] = fmt.Sprintf("%04d", n)
 	}
-	return s + " (" + strconv.Itoa(len(v)) + " migrations)"
+	return strings.Join(parts, ", ") + " (" + plural(len(v), "migration") + ")"
 }

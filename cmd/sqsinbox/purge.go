@@ -5,55 +5,92 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
+	"github.com/sqsinbox/sqsinbox/worker"
 )
+
+// minOlderThan is the hard floor of --older-than, with or without the queues' check.
+const minOlderThan = 7 * 24 * time.Hour
 
 func runPurge(ctx context.Context, e env, args []string) error {
 	var db dbFlags
-	fs := newFlags(e, "purge", "purge [flags]",
-		"  sqsinbox purge --older-than 14d\n"+
-			"  sqsinbox purge --older-than 21d --keys-older-than 48h --batch-size 5000 --schema billing_inbox\n"+
-			"  sqsinbox purge --older-than 14d --skip-keys\n\n"+
-			"The age must be at least the queue's MessageRetentionPeriod (and its DLQ's, if you redrive):\n"+
-			"a row purged earlier lets a late redelivery run twice. Ages under 7 days are refused.\n"+
-			"The HTTP idempotency keys (the idempotency_keys table of the same schema) are purged too:\n"+
-			"--keys-older-than must be at least the middleware's Config.TTL, or a client's retry within\n"+
-			"the TTL runs the handler again. Ages under "+hoursText(idempotency.MinTTL)+" are refused.")
+	fs := newFlags(e, "purge", "purge --queue QUEUE... [flags]",
+		"  sqsinbox purge --queue warehouse --queue loyalty          # rows older than 28d, if no queue redelivers later\n"+
+			"  sqsinbox purge --queue orders.fifo --older-than 30d --batch-size 5000 --schema billing_inbox\n"+
+			"  sqsinbox purge --skip-queue-check --older-than 21d --skip-keys\n\n"+
+			"An inbox row must outlive every redelivery of its event: a row purged earlier lets a late\n"+
+			"redelivery run twice. So the age is checked against the redelivery horizon of every queue\n"+
+			"the inbox serves (--queue, repeatable, a name or URL): a standard queue's retention or its\n"+
+			"DLQ's, whichever is longer; a FIFO queue's retention plus its DLQ's, since a FIFO message's\n"+
+			"age starts again in the DLQ. A DLQ whose retention cannot be read refuses the purge.\n"+
+			"Without --queue the purge is refused unless --skip-queue-check says you have checked the\n"+
+			"queues yourself. Ages under 7 days are always refused.\n\n"+
+			"The HTTP idempotency keys (the idempotency_keys table of the same schema) are purged too,\n"+
+			"each once its own expiry has passed: the middleware stores it with the key from its TTL,\n"+
+			"so a 72-hour TTL is kept. --keys-older-than adds a floor: keys younger than it stay.")
 	db.register(fs)
-	olderThan := fs.String("older-than", "14d", "delete rows whose seen_at is older than this (14d, 336h; at least 7d)")
-	keysOlderThan := fs.String("keys-older-than", hoursText(idempotency.DefaultTTL),
-		"delete idempotency keys whose created_at is older than this (the middleware's TTL; at least "+hoursText(idempotency.MinTTL)+")")
+	olderThan := fs.String("older-than", durationText(inbox.DefaultRetention),
+		"delete inbox rows whose seen_at is older than this (28d, 672h); at least the queues' redelivery horizon and 7d")
+	var queues []string
+	fs.Func("queue", "a queue the inbox serves, by name or URL (repeatable); its redelivery horizon bounds --older-than",
+		func(q string) error {
+			if q == "" {
+				return errors.New("empty queue")
+			}
+			queues = append(queues, q)
+			return nil
+		})
+	skipCheck := fs.Bool("skip-queue-check", false,
+		"purge without reading the queues' redelivery horizon: you vouch that --older-than outlasts every redelivery")
+	keysFloor := fs.String("keys-older-than", "",
+		"a floor for the idempotency keys: keep keys younger than this even if expired (at least "+hoursText(idempotency.MinTTL)+"; default none)")
 	skipKeys := fs.Bool("skip-keys", false, "do not purge the idempotency keys")
 	batch := fs.Int("batch-size", inbox.DefaultPurgeBatchSize, "rows (or keys) deleted per statement")
-	if err := parse(fs, args); err != nil {
+	words, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if len(words) != 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
 	}
 	age, err := parseAge(*olderThan)
 	if err != nil {
 		return err
 	}
-	if age < 7*24*time.Hour {
+	if age < minOlderThan {
 		return fmt.Errorf("%w: --older-than %s is under 7 days; the inbox must outlive every redelivery", errUsage, *olderThan)
 	}
-	keysAge, err := parseAge(*keysOlderThan)
-	if err != nil {
-		return err
-	}
-	if keysAge < idempotency.MinTTL && !*skipKeys {
-		return fmt.Errorf("%w: --keys-older-than %s is under %s; clients are promised at least that long to retry", errUsage, *keysOlderThan, hoursText(idempotency.MinTTL))
+	var keysAge time.Duration
+	if *keysFloor != "" && !*skipKeys {
+		if keysAge, err = parseAge(*keysFloor); err != nil {
+			return err
+		}
+		if keysAge < idempotency.MinTTL {
+			return fmt.Errorf("%w: --keys-older-than %s is under %s; clients are promised at least that long to retry", errUsage, *keysFloor, hoursText(idempotency.MinTTL))
+		}
 	}
 	if *batch <= 0 {
 		return fmt.Errorf("%w: --batch-size must be positive", errUsage)
 	}
-	pool, err := db.connect(ctx)
+	switch {
+	case len(queues) == 0 && !*skipCheck:
+		return fmt.Errorf("%w: name the queues the inbox serves with --queue (repeatable), so that --older-than is checked "+
+			"against their redelivery horizon; or pass --skip-queue-check if you have checked it yourself", errUsage)
+	case len(queues) > 0 && *skipCheck:
+		return fmt.Errorf("%w: give either --queue or --skip-queue-check, not both", errUsage)
+	}
+	if len(queues) > 0 {
+		if err := checkHorizon(ctx, e, fs.timeout, queues, age, *olderThan); err != nil {
+			return err
+		}
+	}
+	pool, err := db.connect(ctx, fs.timeout)
 	if err != nil {
 		return err
 	}
@@ -73,10 +110,10 @@ func runPurge(ctx context.Context, e env, args []string) error {
 	// gone, the rest stays for the next run.
 	res, err := ib.PurgeOlderThan(ctx, age, func(n int64) { rows = n; show() })
 	if err != nil {
-		return purgeFailed(ctx, e, p, err, res.Deleted, 0)
+		return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "processed_messages", ""), res.Deleted, 0)
 	}
 	p.done()
-	summary(e.stdout, "inbox", "rows", res, time.Since(start))
+	summary(e.stdout, "inbox", "row", "older than", res, time.Since(start))
 	if *skipKeys {
 		fmt.Fprintln(e.stdout, "idempotency keys: not purged (--skip-keys)")
 		return nil
@@ -84,18 +121,65 @@ func runPurge(ctx context.Context, e env, args []string) error {
 	keysStart := time.Now()
 	kres, err := idempotency.PurgeExpired(ctx, pool, db.schema, keysAge, *batch, func(n int64) { keys = n; show() })
 	if err != nil {
-		return purgeFailed(ctx, e, p, keysError(err, db.schema), res.Deleted, kres.Deleted)
+		return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "idempotency_keys", ", or pass --skip-keys"), res.Deleted, kres.Deleted)
 	}
 	p.done()
-	summary(e.stdout, "idempotency keys", "keys", kres, time.Since(keysStart))
+	summary(e.stdout, "idempotency keys", "key", "that expired before", kres, time.Since(keysStart))
 	return nil
+}
+
+// checkHorizon reads the redelivery horizon of each queue and refuses an age shorter than the
+// longest. A queue whose dead-letter queue cannot be read has no known horizon: refused too.
+func checkHorizon(ctx context.Context, e env, timeout time.Duration, queues []string, age time.Duration, ageText string) error {
+	c, err := sqsClient(ctx, timeout)
+	if err != nil {
+		return err
+	}
+	var longest *worker.Queue
+	for _, name := range queues {
+		q, err := worker.DescribeQueue(ctx, c, name)
+		var dle *worker.DeadLetterError
+		switch {
+		case errors.As(err, &dle):
+			return fmt.Errorf("queue %s: the retention of its dead-letter queue %s cannot be read (%s), so its redelivery horizon "+
+				"is unknown and the purge is refused; grant sqs:GetQueueUrl and sqs:GetQueueAttributes on the dead-letter queue",
+				dle.Queue, dle.ARN, apiError(dle.Err))
+		case err != nil:
+			return fmt.Errorf("queue %s: %s", name, apiError(err))
+		}
+		if longest == nil || q.RedeliveryHorizon() > longest.RedeliveryHorizon() {
+			longest = q
+		}
+	}
+	h := longest.RedeliveryHorizon()
+	if age < h {
+		return fmt.Errorf("%w: --older-than %s is shorter than the redelivery horizon of queue %s, %s (%s): "+
+			"a message redelivered after its row was purged would be processed twice; use --older-than %s or more",
+			errUsage, ageText, longest.Name, durationText(h), horizonText(longest), durationText(h))
+	}
+	fmt.Fprintf(e.stdout, "redelivery horizon: %s (queue %s: %s); purging inbox rows older than %s\n",
+		durationText(h), longest.Name, horizonText(longest), durationText(age))
+	return nil
+}
+
+// horizonText says where a queue's redelivery horizon comes from.
+func horizonText(q *worker.Queue) string {
+	ret := durationText(q.MessageRetentionPeriod)
+	switch {
+	case q.DeadLetterTargetARN == "":
+		return "its retention " + ret + ", no dead-letter queue"
+	case q.FIFO:
+		return "its retention " + ret + " plus its dead-letter queue's " + durationText(q.DeadLetterRetentionPeriod) +
+			": a FIFO message's age starts again in the dead-letter queue"
+	}
+	return "the longer of its retention " + ret + " and its dead-letter queue's " + durationText(q.DeadLetterRetentionPeriod)
 }
 
 // purgeFailed clears the progress line and, on an interrupt, says what was deleted before it.
 func purgeFailed(ctx context.Context, e env, p *progress, err error, rows, keys int64) error {
 	p.done()
 	if ctx.Err() != nil {
-		fmt.Fprintf(e.stdout, "interrupted after deleting %d inbox rows and %d idempotency keys\n", rows, keys)
+		fmt.Fprintf(e.stdout, "interrupted after deleting %s and %s\n", plural(int(rows), "inbox row"), plural(int(keys), "idempotency key"))
 	}
 	return err
 }
@@ -103,21 +187,28 @@ func purgeFailed(ctx context.Context, e env, p *progress, err error, rows, keys 
 // hoursText shows a TTL the way the middleware's docs give it: "24h".
 func hoursText(d time.Duration) string { return fmt.Sprintf("%gh", d.Hours()) }
 
-// summary prints the line of one table's purge.
-func summary(w io.Writer, what, unit string, r inbox.PurgeResult, took time.Duration) {
+// summary prints the line of one table's purge: "deleted 3 rows older than <horizon>".
+func summary(w io.Writer, what, unit, relation string, r inbox.PurgeResult, took time.Duration) {
 	if r.Skipped {
 		fmt.Fprintf(w, "%s: skipped: another process is purging this table (advisory lock held)\n", what)
 		return
 	}
-	fmt.Fprintf(w, "%s: deleted %d %s older than %s (database time) in %d batches, %.1fs\n",
-		what, r.Deleted, unit, r.Horizon.UTC().Format(time.RFC3339), r.Batches, took.Seconds())
+	fmt.Fprintf(w, "%s: deleted %s %s %s (database time) in %s, %.1fs\n",
+		what, plural(int(r.Deleted), unit), relation, r.Horizon.UTC().Format(time.RFC3339), plural(r.Batches, "batch"), took.Seconds())
 }
 
-// keysError names the missing table for a schema migrated before idempotency keys existed.
-func keysError(err error, schema string) error {
+// notMigrated turns "no such table" or "no such column" from PostgreSQL into the fix: migrate
+// the schema. alternative is appended to the advice.
+func notMigrated(err error, schema, table, alternative string) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return fmt.Errorf("%s.idempotency_keys does not exist: run `sqsinbox migrate up`, or pass --skip-keys", schema)
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01": // undefined_table
+			return fmt.Errorf("%s.%s does not exist (is the schema migrated?): run `sqsinbox migrate up`%s", schema, table, alternative)
+		case "42703": // undefined_column
+			return fmt.Errorf("%s.%s is not migrated to the latest version (%s): run `sqsinbox migrate up`%s",
+				schema, table, strings.TrimSuffix(pgErr.Message, "."), alternative)
+		}
 	}
-	return fmt.Errorf("idempotency keys: %w", err)
+	return fmt.Errorf("%s.%s: %w", schema, table, err)
 }

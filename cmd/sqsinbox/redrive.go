@@ -13,19 +13,27 @@ import (
 )
 
 func runRedrive(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "redrive", "redrive [flags] --from DLQ [--to QUEUE]",
+	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [flags]",
 		"  sqsinbox redrive --from warehouse-dlq --to warehouse\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n\n"+
 			"The move task (StartMessageMoveTask) is used where the server supports it, else each message\n"+
 			"is received from the DLQ, sent to the queue with its body and attributes, then deleted.\n"+
 			"The event key (the event_id attribute or the body) survives; the SQS MessageId does not.\n"+
-			"A message the worker already processed is a duplicate on its return: the inbox deletes it.")
+			"A message the worker already processed is a duplicate on its return: the inbox deletes it.\n\n"+
+			"A copy is a new message: its retention period starts again when it is sent, so it can be\n"+
+			"delivered up to the queue's MessageRetentionPeriod after the copy, later than the original\n"+
+			"could have been. Keep the inbox's retention (purge --older-than) above the time since the\n"+
+			"events were first sent plus that period, or a copy of a purged event runs again.")
 	from := fs.String("from", "", "the dead-letter queue, by name or URL (required)")
 	to := fs.String("to", "", "the queue to move messages to, by name or URL (required in copy mode; the move task defaults to each message's source)")
 	mode := fs.String("mode", "auto", "auto (move task, else copy), move-task, or copy")
 	maxN := fs.Int("max", 0, "copy mode: move at most this many messages (0: until the DLQ is empty)")
-	if err := parse(fs, args); err != nil {
+	words, err := parse(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(words) != 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
 	}
 	if *from == "" {
 		return fmt.Errorf("%w: --from is required", errUsage)
@@ -36,7 +44,7 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 	if *mode == "copy" && *to == "" {
 		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
 	}
-	c, err := sqsClient(ctx)
+	c, err := sqsClient(ctx, fs.timeout)
 	if err != nil {
 		return err
 	}
@@ -52,13 +60,19 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 	}
 	if *mode != "copy" {
 		err := moveTask(ctx, e, c, fromURL, toURL)
-		if err == nil || *mode == "move-task" || !unsupported(err) {
-			return err
+		switch {
+		case err == nil:
+			return nil
+		case !unsupported(err):
+			return fmt.Errorf("move task: %s", apiError(err))
+		case *mode == "move-task":
+			return fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
+				"use --mode copy (with --to), or --mode auto to fall back to it", sqsEndpoint(c))
+		case toURL == "":
+			return fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
+				"give --to to copy message by message instead", sqsEndpoint(c))
 		}
-		if toURL == "" {
-			return fmt.Errorf("the server has no StartMessageMoveTask (%w); give --to to copy instead", err)
-		}
-		fmt.Fprintf(e.stderr, "the server has no StartMessageMoveTask; copying message by message\n")
+		fmt.Fprintf(e.stderr, "the SQS server has no message move tasks (StartMessageMoveTask); copying message by message\n")
 	}
 	return copyMessages(ctx, e, c, fromURL, toURL, *maxN)
 }
@@ -114,7 +128,7 @@ func moveTask(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string) 
 			switch aws.ToString(r.Status) {
 			case "COMPLETED":
 				p.done()
-				fmt.Fprintf(e.stdout, "moved %d messages from %s (move task)\n", moved, lastPart(fromURL))
+				fmt.Fprintf(e.stdout, "moved %s from %s (move task)\n", plural(int(moved), "message"), lastPart(fromURL))
 				return nil
 			case "FAILED", "CANCELLED":
 				return fmt.Errorf("move task %s after %d messages: %s", aws.ToString(r.Status), moved, aws.ToString(r.FailureReason))
@@ -139,7 +153,8 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 	for empty < 2 && (maxN == 0 || moved < maxN) {
 		if ctx.Err() != nil {
 			p.done()
-			fmt.Fprintf(e.stdout, "interrupted: moved %d messages from %s to %s\n", moved, lastPart(fromURL), lastPart(toURL))
+			fmt.Fprintf(e.stdout, "interrupted: moved %s from %s to %s as copies: their retention period starts again\n",
+				plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
 			return ctx.Err()
 		}
 		n := int32(10)
@@ -190,6 +205,7 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		}
 	}
 	p.done()
-	fmt.Fprintf(e.stdout, "moved %d messages from %s to %s\n", moved, lastPart(fromURL), lastPart(toURL))
+	fmt.Fprintf(e.stdout, "moved %s from %s to %s as copies: their retention period starts again now\n",
+		plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
 	return nil
 }

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -16,22 +19,35 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 )
 
-// MaxBodyBytes is the largest body sent: 256 KiB, the limit of SQS until 2025 and of the
-// emulators still. (AWS now accepts 1 MiB.)
-const maxBodyBytes = 256 * 1024
+// defaultMaxBytes is the default of --max-bytes: 256 KiB, the limit of SQS until 2025 and of
+// the emulators still. AWS now accepts 1 MiB where the queue's MaximumMessageSize allows it.
+const defaultMaxBytes = 256 * 1024
 
 func runSend(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "send", "send [flags] --queue QUEUE [FILE]",
+	fs := newFlags(e, "send", "send --queue QUEUE [flags] [FILE]",
 		"  echo '{\"id\":\"evt_9f3k\",\"order_id\":\"o-1\"}' | sqsinbox send --queue warehouse\n"+
-			"  sqsinbox send --queue warehouse --repeat 3 --rate 100 events.jsonl   # each event 3 times, 100 msgs/s\n\n"+
+			"  sqsinbox send --queue warehouse --repeat 3 --rate 100 events.jsonl   # each event 3 times, 100 msgs/s\n"+
+			"  sqsinbox send --queue orders.fifo --group-id field:order_id --dedup-id key events.jsonl\n\n"+
 			"Each line is one JSON object; its --key-field becomes the event_id message attribute,\n"+
-			"which the worker uses as the event key. --repeat sends duplicates on purpose.")
+			"which the worker uses as the event key. --repeat sends duplicates on purpose.\n\n"+
+			"A FIFO queue (its name ends in .fifo) needs --group-id; --dedup-id is for FIFO queues\n"+
+			"without content-based deduplication. Each takes a literal id, `key` (the line's event\n"+
+			"key) or `field:NAME` (the line's top-level field NAME). SQS allows 1 to 128 characters of\n"+
+			"letters, digits and punctuation. With --dedup-id key, SQS drops a --repeat copy sent\n"+
+			"within 5 minutes of the first.\n\n"+
+			"A message (the line plus its event_id attribute) may be at most --max-bytes: 256 KiB by\n"+
+			"default, the limit of SQS before 2025 and of the emulators; AWS now accepts up to 1 MiB\n"+
+			"(--max-bytes 1048576) where the queue's MaximumMessageSize allows it.")
 	queue := fs.String("queue", "", "queue name or URL (required)")
 	repeat := fs.Int("repeat", 1, "send each line this many times (duplicates on purpose)")
 	rate := fs.Float64("rate", 0, "at most this many messages per second (0: no limit)")
 	keyField := fs.String("key-field", "id", "top-level JSON field whose value becomes the event_id attribute")
 	allowNoKey := fs.Bool("allow-no-key", false, "send lines without the key field (no event_id attribute) instead of refusing them")
-	if err := parse(fs, args); err != nil {
+	maxBytes := fs.Int("max-bytes", defaultMaxBytes, "the largest message sent, body and attributes, in bytes (AWS accepts up to 1048576)")
+	groupID := fs.String("group-id", "", "FIFO MessageGroupId: a literal, key (the event key) or field:NAME")
+	dedupID := fs.String("dedup-id", "", "FIFO MessageDeduplicationId: a literal, key (the event key) or field:NAME")
+	words, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
 	if *repeat < 1 || *rate < 0 {
@@ -40,54 +56,91 @@ func runSend(ctx context.Context, e env, args []string) error {
 	if *queue == "" {
 		return fmt.Errorf("%w: --queue is required", errUsage)
 	}
+	if *maxBytes < 1 || *maxBytes > 1<<20 {
+		return fmt.Errorf("%w: --max-bytes %d: want 1 to 1048576 (1 MiB, the largest SQS accepts)", errUsage, *maxBytes)
+	}
+	fifo := strings.HasSuffix(*queue, ".fifo")
+	switch {
+	case fifo && *groupID == "":
+		return fmt.Errorf("%w: %s is a FIFO queue: pass --group-id (a literal, key or field:NAME)", errUsage, lastPart(*queue))
+	case !fifo && *dedupID != "":
+		return fmt.Errorf("%w: --dedup-id is for FIFO queues (their names end in .fifo)", errUsage)
+	}
+	group, err := newFIFOID("--group-id", "MessageGroupId", *groupID)
+	if err != nil {
+		return err
+	}
+	dedup, err := newFIFOID("--dedup-id", "MessageDeduplicationId", *dedupID)
+	if err != nil {
+		return err
+	}
 	in := e.stdin
 	name := "stdin"
-	if fs.NArg() > 1 {
+	if len(words) > 1 {
 		return fmt.Errorf("%w: at most one input file", errUsage)
 	}
-	if fs.NArg() == 1 && fs.Arg(0) != "-" {
-		f, err := os.Open(fs.Arg(0))
+	if len(words) == 1 && words[0] != "-" {
+		f, err := os.Open(words[0])
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		in, name = f, fs.Arg(0)
+		in, name = f, words[0]
 	}
 	// Read and check every line first, so a bad line sends nothing.
-	var entries []types.SendMessageBatchRequestEntry
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64*1024), maxBodyBytes+1)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if len(b) == 0 {
-			continue
+	var (
+		entries []types.SendMessageBatchRequestEntry
+		sizes   []int
+		lines   int
+	)
+	err = readLines(in, *maxBytes, func(line int, b []byte, n int) error {
+		if n == 0 {
+			return nil
 		}
-		if len(b) > maxBodyBytes {
-			return fmt.Errorf("%s line %d: %d bytes, over the %d-byte message limit", name, line, len(b), maxBodyBytes)
+		if b == nil {
+			return fmt.Errorf("%s line %d: %d bytes, over the %s message limit (--max-bytes; AWS accepts up to 1 MiB)", name, line, n, bytesText(*maxBytes))
 		}
 		if !json.Valid(b) {
 			return fmt.Errorf("%s line %d: not valid JSON", name, line)
 		}
 		entry := types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(b))}
+		size := len(b)
 		key, err := inbox.KeyFromJSONField(b, *keyField)
 		switch {
 		case err == nil:
 			entry.MessageAttributes = map[string]types.MessageAttributeValue{
 				"event_id": {DataType: aws.String("String"), StringValue: aws.String(key)},
 			}
+			// SQS counts an attribute's name, type and value in the message's size.
+			size += len("event_id") + len("String") + len(key)
 		case !*allowNoKey:
 			return fmt.Errorf("%s line %d: %w (use --allow-no-key to send it without an event_id)", name, line, err)
 		}
+		if size > *maxBytes {
+			return fmt.Errorf("%s line %d: %d bytes with its event_id attribute, over the %s message limit (--max-bytes; AWS accepts up to 1 MiB)",
+				name, line, size, bytesText(*maxBytes))
+		}
+		if entry.MessageGroupId, err = group.of(b, key); err != nil {
+			return fmt.Errorf("%s line %d: %w", name, line, err)
+		}
+		if entry.MessageDeduplicationId, err = dedup.of(b, key); err != nil {
+			return fmt.Errorf("%s line %d: %w", name, line, err)
+		}
+		lines++
 		for range *repeat {
 			entries = append(entries, entry)
+			sizes = append(sizes, size)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%s line %d: %w", name, line+1, err)
+	if dedup.literal() && lines > 1 {
+		return fmt.Errorf("%w: --dedup-id %q gives all %d lines one deduplication id, so SQS would drop all but the first; use --dedup-id key or field:NAME",
+			errUsage, *dedupID, lines)
 	}
-	c, err := sqsClient(ctx)
+	c, err := sqsClient(ctx, fs.timeout)
 	if err != nil {
 		return err
 	}
@@ -101,7 +154,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 	for sent < len(entries) {
 		if err := ctx.Err(); err != nil {
 			p.done()
-			fmt.Fprintf(e.stdout, "interrupted: sent %d of %d messages\n", sent, len(entries))
+			fmt.Fprintf(e.stdout, "interrupted: sent %d of %s\n", sent, plural(len(entries), "message"))
 			return err
 		}
 		if *rate > 0 {
@@ -114,17 +167,148 @@ func runSend(ctx context.Context, e env, args []string) error {
 		if *rate > 0 {
 			n = min(n, max(1, int(*rate)))
 		}
+		n = fitBatch(sizes[sent:sent+n], *maxBytes)
 		if err := sendBatch(ctx, c, url, entries[sent:sent+n]); err != nil {
 			p.done()
-			fmt.Fprintf(e.stdout, "sent %d of %d messages before the error\n", sent, len(entries))
+			fmt.Fprintf(e.stdout, "sent %d of %s before the error\n", sent, plural(len(entries), "message"))
 			return err
 		}
 		sent += n
 		p.update("sent %d/%d messages", sent, len(entries))
 	}
 	p.done()
-	fmt.Fprintf(e.stdout, "sent %d messages (%d lines × %d) to %s in %.1fs\n", sent, len(entries) / *repeat, *repeat,
+	fmt.Fprintf(e.stdout, "sent %s (%s × %d) to %s in %.1fs\n", plural(sent, "message"), plural(lines, "line"), *repeat,
 		lastPart(url), time.Since(start).Seconds())
+	return nil
+}
+
+// fitBatch returns how many of the first messages, of these sizes, one SendMessageBatch may
+// carry: SQS limits a batch's total payload to the size of one message. At least one.
+func fitBatch(sizes []int, limit int) int {
+	total := 0
+	for i, s := range sizes {
+		if total += s; total > limit {
+			return max(i, 1)
+		}
+	}
+	return len(sizes)
+}
+
+// bytesText shows a limit as "262144-byte (256 KiB)".
+func bytesText(n int) string {
+	if n%1024 == 0 {
+		return fmt.Sprintf("%d-byte (%d KiB)", n, n/1024)
+	}
+	return fmt.Sprintf("%d-byte", n)
+}
+
+// readLines calls fn with each line of r, without its line ending ("\n" or "\r\n"), its number
+// and its length. A line longer than limit is passed as nil, with its length, and is never held
+// whole in memory.
+func readLines(r io.Reader, limit int, fn func(line int, b []byte, n int) error) error {
+	br := bufio.NewReaderSize(r, 64*1024)
+	for line := 1; ; line++ {
+		var (
+			b   []byte
+			n   int
+			err error
+		)
+		for {
+			var chunk []byte
+			chunk, err = br.ReadSlice('\n')
+			n += len(chunk)
+			if len(b) <= limit+1 { // past that the line is too long: only its length matters
+				b = append(b, chunk...)
+			}
+			if !errors.Is(err, bufio.ErrBufferFull) {
+				break
+			}
+		}
+		switch {
+		case err != nil && !errors.Is(err, io.EOF):
+			return fmt.Errorf("line %d: %w", line, err)
+		case n == 0:
+			return nil // end of input
+		}
+		if err == nil { // the line ended with a newline
+			n--
+			if len(b) == n+1 && n > 0 && b[n-1] == '\r' {
+				n--
+			}
+		}
+		if n > limit {
+			b = nil
+		} else {
+			b = b[:n]
+		}
+		if ferr := fn(line, b, n); ferr != nil {
+			return ferr
+		}
+		if err != nil {
+			return nil // the last line had no newline
+		}
+	}
+}
+
+// fifoID is how --group-id or --dedup-id derives a line's id.
+type fifoID struct {
+	flag, attr string
+	value      string // a literal, "key", or "field:NAME"
+}
+
+func newFIFOID(flag, attr, value string) (fifoID, error) {
+	f := fifoID{flag: flag, attr: attr, value: value}
+	if f.literal() {
+		if err := f.check(value); err != nil {
+			return f, fmt.Errorf("%w: %w", errUsage, err)
+		}
+	}
+	if name, ok := strings.CutPrefix(value, "field:"); ok && name == "" {
+		return f, fmt.Errorf("%w: %s field: needs a field name, as in field:order_id", errUsage, flag)
+	}
+	return f, nil
+}
+
+func (f fifoID) literal() bool {
+	return f.value != "" && f.value != "key" && !strings.HasPrefix(f.value, "field:")
+}
+
+// of returns the id of the line body with event key key (nil when the flag is not set).
+func (f fifoID) of(body []byte, key string) (*string, error) {
+	id := f.value
+	switch name, isField := strings.CutPrefix(f.value, "field:"); {
+	case f.value == "":
+		return nil, nil
+	case f.value == "key":
+		if key == "" {
+			return nil, fmt.Errorf("%s key: the line has no event key", f.flag)
+		}
+		id = key
+	case isField:
+		v, err := inbox.KeyFromJSONField(body, name)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", f.flag, f.value, err)
+		}
+		id = v
+	}
+	if err := f.check(id); err != nil {
+		return nil, err
+	}
+	return aws.String(id), nil
+}
+
+// check applies SQS's rules for a FIFO id: 1 to 128 characters, each ASCII letter, digit or
+// punctuation.
+func (f fifoID) check(id string) error {
+	const rule = "SQS allows 1 to 128 ASCII letters, digits and punctuation"
+	if len(id) == 0 || len(id) > 128 {
+		return fmt.Errorf("%s: %s of %d characters: %s", f.flag, f.attr, len(id), rule)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < '!' || id[i] > '~' {
+			return fmt.Errorf("%s: %s %s has %s at byte %d: %s", f.flag, f.attr, strconv.Quote(id), strconv.QuoteRune(rune(id[i])), i, rule)
+		}
+	}
 	return nil
 }
 
@@ -146,7 +330,7 @@ func sendBatch(ctx context.Context, c *sqs.Client, url string, entries []types.S
 		}
 		if attempt == 5 {
 			f := out.Failed[0]
-			return fmt.Errorf("send to %s: %d messages failed 5 times, e.g. %s: %s", lastPart(url), len(out.Failed),
+			return fmt.Errorf("send to %s: %s failed 5 times, e.g. %s: %s", lastPart(url), plural(len(out.Failed), "message"),
 				aws.ToString(f.Code), aws.ToString(f.Message))
 		}
 		failed := map[string]bool{}

@@ -28,11 +28,12 @@ func runStats(ctx context.Context, e env, args []string) error {
 	queue := fs.String("queue", "", "a queue name or URL to report on")
 	noDB := fs.Bool("no-db", false, "report on the queue only")
 	noAge := fs.Bool("no-age", false, "do not ask CloudWatch for the age of the oldest message")
-	if err := parse(fs, args); err != nil {
+	words, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if len(words) != 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
 	}
 	if *noDB && *queue == "" {
 		return fmt.Errorf("%w: --no-db needs --queue", errUsage)
@@ -41,18 +42,18 @@ func runStats(ctx context.Context, e env, args []string) error {
 		if err := sqlident.Validate("--schema", db.schema); err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
-		if err := inboxStats(ctx, e, &db); err != nil {
+		if err := inboxStats(ctx, e, &db, fs.timeout); err != nil {
 			return err
 		}
 	}
 	if *queue != "" {
-		return queueStats(ctx, e, *queue, !*noAge)
+		return queueStats(ctx, e, *queue, !*noAge, fs.timeout)
 	}
 	return nil
 }
 
-func inboxStats(ctx context.Context, e env, db *dbFlags) error {
-	pool, err := db.connect(ctx)
+func inboxStats(ctx context.Context, e env, db *dbFlags, timeout time.Duration) error {
+	pool, err := db.connect(ctx, timeout)
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func inboxStats(ctx context.Context, e env, db *dbFlags) error {
 	rows, err := pool.Query(ctx, `SELECT handler, count(*), min(seen_at), max(seen_at) FROM `+
 		sqlident.Quote(db.schema, "processed_messages")+` GROUP BY handler ORDER BY handler`)
 	if err != nil {
-		return fmt.Errorf("read %s.processed_messages (is the schema migrated? run `sqsinbox migrate up`): %w", db.schema, err)
+		return notMigrated(err, db.schema, "processed_messages", "")
 	}
 	defer rows.Close()
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -88,12 +89,12 @@ func inboxStats(ctx context.Context, e env, db *dbFlags) error {
 // queueStats prints the queue's counts and its DLQ's and, when withAge is set, the age of each
 // one's oldest message from CloudWatch. A CloudWatch failure does not fail the command: the
 // counts are still right, so the age is shown as unavailable with one line saying why.
-func queueStats(ctx context.Context, e env, q string, withAge bool) error {
-	cfg, err := awsConfig(ctx)
+func queueStats(ctx context.Context, e env, q string, withAge bool, timeout time.Duration) error {
+	cfg, err := awsConfig(ctx, timeout)
 	if err != nil {
 		return err
 	}
-	c := newSQS(cfg)
+	c := newSQS(cfg, timeout)
 	url, err := queueURL(ctx, c, q)
 	if err != nil {
 		return err
