@@ -113,6 +113,12 @@ type Config struct {
 	// Metrics receives counters and histograms. nil means none.
 	Metrics Metrics
 
+	// SNS says whether messages that arrive in an SNS notification envelope (a topic subscription
+	// without raw message delivery) are unwrapped, so that the handler sees the published body and
+	// message attributes, and Message.SNS the topic, SNS message id, subject and timestamp. The
+	// zero value is SNSAuto; see [SNSMode].
+	SNS SNSMode
+
 	// StartTimeout bounds [Worker.Start]: reading the queue's and its dead-letter queue's
 	// attributes and the handler's start-up checks (for the inbox, its database). An endpoint that
 	// accepts connections but never answers then fails Start with an error that names it, instead
@@ -168,6 +174,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: Config.HandlerTimeout is %v; SQS cannot keep a message invisible longer than %v", c.HandlerTimeout, MaxVisibility)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: Config.ShutdownTimeout is %v; it must be positive (0 means %v)", c.ShutdownTimeout, DefaultShutdownTimeout)
+	case c.SNS < SNSAuto || c.SNS > SNSEnvelope:
+		return fmt.Errorf("worker: Config.SNS is %v; it must be SNSAuto, SNSRaw or SNSEnvelope", c.SNS)
 	case c.StartTimeout < 0:
 		return fmt.Errorf("worker: Config.StartTimeout is %v; it must be positive (0 means %v)", c.StartTimeout, DefaultStartTimeout)
 	case c.DeleteInterval < 0:

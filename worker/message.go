@@ -36,7 +36,12 @@ type Message struct {
 	// with it; handlers need not use it.
 	ReceiptHandle string
 
-	lease *heartbeat // keeps the message invisible from its receive until it is settled or released
+	// SNS is the SNS metadata when the message arrived in an SNS notification envelope (see
+	// Config.SNS); Body and Attributes are then the published ones. nil otherwise.
+	SNS *SNSNotification
+
+	lease   *heartbeat // keeps the message invisible from its receive until it is settled or released
+	refused error      // why the message cannot reach its handler (a malformed SNS envelope), or nil
 }
 
 // Attribute returns the string value of the message attribute name (a String or Number

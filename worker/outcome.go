@@ -23,6 +23,13 @@ func (w *Worker) process(m *Message) bool {
 		w.log.Warn("worker: lease lost while the message waited for its turn; not running it", "message_id", m.ID, "cause", err)
 		return false
 	}
+	if m.refused != nil {
+		// Refused before its handler (a malformed SNS envelope, or not a Notification): it goes
+		// the retry-then-DLQ way like a failure, and the handler never sees it.
+		m.lease.stop()
+		cancel(nil)
+		return w.settle(m, m.refused, nil)
+	}
 	w.metrics.SetInFlight(int(w.inFlight.Add(1)))
 	start := time.Now()
 	hb := m.lease
@@ -99,7 +106,7 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		d = 0
 	}
 	if retry == nil && blocked == nil {
-		w.log.Warn("worker: handler failed; the message will be delivered again", "message_id", m.ID,
+		w.log.Warn("worker: message failed; it will be delivered again", "message_id", m.ID,
 			"receive_count", m.ReceiveCount, "retry_in", d.Round(time.Second), "error", err)
 	}
 	w.metrics.Add(Retried, 1)
