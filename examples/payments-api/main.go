@@ -6,7 +6,8 @@
 //	payments-api migrate   apply the inbox's migrations and the example's own
 //	payments-api           serve on LISTEN_ADDR until SIGTERM or SIGINT
 //
-// Environment: DATABASE_URL (required), LISTEN_ADDR (default 127.0.0.1:8080).
+// Environment: DATABASE_URL (else the libpq variables PGHOST, PGDATABASE or PGSERVICE must say
+// where the database is), LISTEN_ADDR (default 127.0.0.1:8080).
 package main
 
 import (
@@ -27,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/internal/migrate"
@@ -51,7 +53,8 @@ const usage = `usage: payments-api [migrate]
   payments-api           serve until SIGTERM or SIGINT, then stop gracefully
 
 environment:
-  DATABASE_URL    PostgreSQL connection string (required)
+  DATABASE_URL    PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
+                  or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is
   LISTEN_ADDR     address to listen on (default 127.0.0.1:8080)
   LOG_LEVEL       debug, info (default), warn or error
 `
@@ -84,13 +87,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 && !migrateOnly {
 		return errUsage
 	}
-	url := getenv("DATABASE_URL")
-	if url == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := app.Connect(ctx, getenv, 0)
 	if err != nil {
-		return fmt.Errorf("connect to the database: %w", err)
+		return err
 	}
 	defer pool.Close()
 	if migrateOnly {

@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 )
@@ -155,5 +158,41 @@ func TestPaymentsAPI(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("graceful stop: %v", err)
+	}
+}
+
+// TestRefusesWithoutDatabase: with neither DATABASE_URL nor a PG* variable that says where the
+// database is, the program refuses to start and says what to set; with the PG* variables
+// alone it migrates.
+func TestRefusesWithoutDatabase(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name string
+		vars map[string]string
+	}{
+		{"nothing set", nil},
+		{"port, user and password say nothing of where", map[string]string{"PGPORT": "5432", "PGUSER": "app", "PGPASSWORD": "secret"}},
+	} {
+		for _, args := range [][]string{nil, {"migrate"}} {
+			err := run(t.Context(), args, func(k string) string { return tc.vars[k] }, io.Discard, log, nil)
+			if !errors.Is(err, app.ErrNoDatabase) || !strings.Contains(err.Error(), "PGHOST") {
+				t.Errorf("%s, args %q: got %v, want app.ErrNoDatabase", tc.name, args, err)
+			}
+		}
+	}
+
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	for k, v := range map[string]string{
+		"DATABASE_URL": "", "PGHOST": u.Hostname(), "PGPORT": u.Port(), "PGDATABASE": strings.TrimPrefix(u.Path, "/"),
+		"PGUSER": u.User.Username(), "PGPASSWORD": pw, "PGSSLMODE": u.Query().Get("sslmode"),
+	} {
+		t.Setenv(k, v) // the driver reads them from the process's environment
+	}
+	if err := run(t.Context(), []string{"migrate"}, os.Getenv, io.Discard, log, nil); err != nil {
+		t.Fatalf("migrate with PGHOST, PGPORT, PGDATABASE, PGUSER: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -159,15 +160,15 @@ func TestBadMessageGoesToDLQ(t *testing.T) {
 	}
 }
 
-// TestUsage checks that an unknown subcommand is refused, and that a missing DATABASE_URL is
-// named.
+// TestUsage checks that an unknown subcommand is refused, and that a missing database setting
+// is named.
 func TestUsage(t *testing.T) {
 	ctx := context.Background()
 	if err := app.Run(ctx, spec, app.Options{Args: []string{"frobnicate"}}); err == nil {
 		t.Error("an unknown subcommand was accepted")
 	}
 	err := app.Run(ctx, spec, app.Options{Getenv: func(string) string { return "" }})
-	if err == nil || err.Error() != "DATABASE_URL is not set" {
+	if !errors.Is(err, app.ErrNoDatabase) || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Errorf("without DATABASE_URL: %v", err)
 	}
 }

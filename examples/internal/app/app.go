@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -134,7 +133,8 @@ func usage(name string) string {
   %[1]s           run the worker until SIGTERM or SIGINT, then stop gracefully
 
 environment:
-  DATABASE_URL    PostgreSQL connection string (required)
+  DATABASE_URL    PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
+                  or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is
   QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named %[1]q
   QUEUE_NAME      the queue's name, looked up at start
   LOG_LEVEL       debug, info (default), warn or error
@@ -162,21 +162,12 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 		return errUsage
 	}
 
-	dbURL := getenv("DATABASE_URL")
-	if dbURL == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
-	pcfg, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
 	concurrency := cmp.Or(o.Worker.Concurrency, DefaultConcurrency)
-	if !strings.Contains(dbURL, "pool_max_conns") {
-		pcfg.MaxConns = int32(concurrency + 2) // one per handler, plus the purge loop
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	// One connection per handler, plus the purge loop. The server is asked at once, so a wrong
+	// setting is reported before anything else starts.
+	pool, err := Connect(ctx, getenv, int32(concurrency+2))
 	if err != nil {
-		return fmt.Errorf("connect to the database: %w", err)
+		return err
 	}
 	defer pool.Close()
 
@@ -197,6 +188,9 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 	awsCfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("load the AWS configuration: %w", err)
+	}
+	if err := checkCredentials(ctx, awsCfg, getenv); err != nil {
+		return err
 	}
 	wc := o.Worker
 	wc.Handler = h
