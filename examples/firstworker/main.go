@@ -22,6 +22,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// Say where the database is: DATABASE_URL (postgres://user:password@host:5432/db) or the
+	// libpq PG* variables. With neither, pgx would quietly use the local socket's default database.
+	if os.Getenv("DATABASE_URL") == "" && os.Getenv("PGHOST") == "" && os.Getenv("PGDATABASE") == "" && os.Getenv("PGSERVICE") == "" {
+		log.Fatal("no database: set DATABASE_URL, or PGHOST and PGDATABASE (or PGSERVICE)")
+	}
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL")) // run `sqsinbox migrate up` first
 	check(err)
 	ib, err := inbox.New(pool, nil) // rows kept 28 days: longer than any SQS redelivery
