@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsinbox/sqsinbox/internal/panics"
+	"github.com/sqsinbox/sqsinbox/internal/pgtx"
 )
 
 // Outcome says what a claim-and-run did.
@@ -96,7 +97,7 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	// The rollback must happen even when ctx is done. After a commit it is a no-op.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err != nil {
-		if connLost(tx) {
+		if pgtx.ConnLost(tx) {
 			err = fmt.Errorf("%w: %w", ErrConnectionLost, err)
 		}
 		return 0, claimError(ctx, err)
@@ -105,7 +106,7 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 		return Duplicate, nil
 	}
 	if err := call(withEvent(ctx, handler, key), tx, fn); err != nil {
-		if connLost(tx) {
+		if pgtx.ConnLost(tx) {
 			return 0, fmt.Errorf("%w: %w", ErrConnectionLost, err)
 		}
 		return 0, err
@@ -117,13 +118,6 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 		return 0, commitError(err)
 	}
 	return Processed, nil
-}
-
-// connLost reports whether tx's connection is gone: never had (the pool could not connect) or
-// closed (pgx closes a connection it cannot use any more).
-func connLost(tx pgx.Tx) bool {
-	c := tx.Conn()
-	return c == nil || c.PgConn() == nil || c.PgConn().IsClosed()
 }
 
 func claimError(ctx context.Context, err error) error {
@@ -140,11 +134,10 @@ func claimError(ctx context.Context, err error) error {
 // commitError tells a commit the server refused (it did not happen) from one whose outcome is
 // unknown (the connection failed during COMMIT).
 func commitError(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) {
-		return fmt.Errorf("inbox: commit: %w", err)
+	if pgtx.CommitUnknown(err) {
+		return fmt.Errorf("%w: %w: %w", ErrCommitUnknown, ErrConnectionLost, err)
 	}
-	return fmt.Errorf("%w: %w: %w", ErrCommitUnknown, ErrConnectionLost, err)
+	return fmt.Errorf("inbox: commit: %w", err)
 }
 
 // RunTx is [Inbox.Run] for a caller that owns the transaction. It inserts the claim in tx and

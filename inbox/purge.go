@@ -51,26 +51,12 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 // PurgeLoop runs [Inbox.Purge] now and then every Config.PurgeInterval until ctx ends, logging
 // each run. Errors are logged and retried at the next interval. It returns context.Cause(ctx).
 func (ib *Inbox) PurgeLoop(ctx context.Context) error {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-t.C:
-		}
+	return pgpurge.Loop(ctx, ib.cfg.PurgeInterval, ib.cfg.Logger, "inbox", ib.cfg.Schema, func(ctx context.Context) (pgpurge.Result, error) {
 		r, err := ib.Purge(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return context.Cause(ctx)
-		case err != nil:
-			ib.cfg.Logger.ErrorContext(ctx, "inbox: purge failed", "schema", ib.cfg.Schema, "error", err)
-		case r.Skipped:
-			ib.cfg.Logger.DebugContext(ctx, "inbox: purge skipped, another process holds the lock", "schema", ib.cfg.Schema)
-		default:
-			ib.cfg.Logger.InfoContext(ctx, "inbox: purged", "schema", ib.cfg.Schema, "deleted", r.Deleted,
-				"batches", r.Batches, "horizon", r.Horizon)
-		}
-		t.Reset(ib.cfg.PurgeInterval)
-	}
+		return r.result(), err
+	})
+}
+
+func (r PurgeResult) result() pgpurge.Result {
+	return pgpurge.Result{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Locked: r.Skipped}
 }

@@ -8,10 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime/debug"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sqsinbox/sqsinbox/internal/panics"
+	"github.com/sqsinbox/sqsinbox/internal/pgtx"
 )
 
 // ErrEmptyPrincipal is logged when Config.Principal returns "" without an error. The request gets
@@ -122,12 +121,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	hr := r.WithContext(withTx(hctx, tx))
 	hr.Body = io.NopCloser(bytes.NewReader(body))
 	hr.ContentLength = int64(len(body))
-	if p := call(next, rec, hr); p != nil {
-		if err, ok := p.value.(error); ok && errors.Is(err, http.ErrAbortHandler) {
-			panic(p.value) // the handler asked to abort the response; the deferred rollback runs
+	var p *panics.Error
+	if err := panics.Call(func() error { next.ServeHTTP(rec, hr); return nil }); errors.As(err, &p) {
+		if errors.Is(err, http.ErrAbortHandler) {
+			panic(p.Value) // the handler asked to abort the response; the deferred rollback runs
 		}
 		log.ErrorContext(ctx, "idempotency: handler panicked; its transaction rolled back",
-			"panic", fmt.Sprint(p.value), "stack", string(p.stack))
+			"panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
 		writeProblem(w, http.StatusInternalServerError, CodeInternal, "The request failed; retry it with the same key.")
 		return
 	}
@@ -155,8 +155,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	done = true
 	if err := tx.Commit(hctx); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) {
+		if !pgtx.CommitUnknown(err) {
 			m.internal(w, r, "commit", err)
 			return
 		}
@@ -204,19 +203,4 @@ func (m *Middleware) replayRow(w http.ResponseWriter, r *http.Request, row store
 	h.Set(HeaderReplayed, "true")
 	w.WriteHeader(int(*row.status))
 	_, _ = w.Write(row.body)
-}
-
-type panicked struct {
-	value any
-	stack []byte
-}
-
-func call(h http.Handler, w http.ResponseWriter, r *http.Request) (p *panicked) {
-	defer func() {
-		if v := recover(); v != nil {
-			p = &panicked{value: v, stack: debug.Stack()}
-		}
-	}()
-	h.ServeHTTP(w, r)
-	return nil
 }

@@ -56,27 +56,8 @@ func PurgeExpired(ctx context.Context, pool *pgxpool.Pool, schema string, minAge
 // logging each run. Errors are logged and retried at the next interval. It returns
 // context.Cause(ctx).
 func (m *Middleware) PurgeLoop(ctx context.Context) error {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	log := m.cfg.Logger
-	for {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-t.C:
-		}
+	return pgpurge.Loop(ctx, m.cfg.PurgeInterval, m.cfg.Logger, "idempotency", m.cfg.Schema, func(ctx context.Context) (pgpurge.Result, error) {
 		r, err := m.Purge(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return context.Cause(ctx)
-		case err != nil:
-			log.ErrorContext(ctx, "idempotency: purge failed", "schema", m.cfg.Schema, "error", err)
-		case r.Skipped:
-			log.DebugContext(ctx, "idempotency: purge skipped, another process holds the lock", "schema", m.cfg.Schema)
-		default:
-			log.InfoContext(ctx, "idempotency: purged", "schema", m.cfg.Schema, "deleted", r.Deleted,
-				"batches", r.Batches, "horizon", r.Horizon)
-		}
-		t.Reset(m.cfg.PurgeInterval)
-	}
+		return pgpurge.Result{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Locked: r.Skipped}, err
+	})
 }

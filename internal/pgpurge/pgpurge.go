@@ -5,6 +5,7 @@ package pgpurge
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -134,5 +135,33 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 		if tag.RowsAffected() < int64(t.BatchSize) {
 			return res, nil
 		}
+	}
+}
+
+// Loop runs purge now and then every interval until ctx ends, logging each run to log with
+// prefix (such as "inbox") and the schema. A failed run is logged and tried again at the next
+// interval. It returns context.Cause(ctx).
+func Loop(ctx context.Context, interval time.Duration, log *slog.Logger, prefix, schema string, purge func(context.Context) (Result, error)) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		r, err := purge(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return context.Cause(ctx)
+		case err != nil:
+			log.ErrorContext(ctx, prefix+": purge failed", "schema", schema, "error", err)
+		case r.Locked:
+			log.DebugContext(ctx, prefix+": purge skipped, another process holds the lock", "schema", schema)
+		default:
+			log.InfoContext(ctx, prefix+": purged", "schema", schema, "deleted", r.Deleted,
+				"batches", r.Batches, "horizon", r.Horizon)
+		}
+		t.Reset(interval)
 	}
 }
