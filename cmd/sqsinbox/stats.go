@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/sqlident"
 )
 
@@ -58,32 +60,31 @@ func inboxStats(ctx context.Context, e env, db *dbFlags, timeout time.Duration) 
 		return err
 	}
 	defer pool.Close()
-	rows, err := pool.Query(ctx, `SELECT handler, count(*), min(seen_at), max(seen_at) FROM `+
-		sqlident.Quote(db.schema, "processed_messages")+` GROUP BY handler ORDER BY handler`)
+	ib, err := inbox.New(pool, &inbox.Config{Schema: db.schema})
 	if err != nil {
-		return notMigrated(err, db.schema, "processed_messages", "")
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	defer rows.Close()
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "HANDLER\tROWS\tOLDEST SEEN\tNEWEST SEEN\n")
-	n := 0
-	for rows.Next() {
-		var h string
-		var c int64
-		var oldest, newest time.Time
-		if err := rows.Scan(&h, &c, &oldest, &newest); err != nil {
-			return err
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", h, c, oldest.UTC().Format(time.RFC3339), newest.UTC().Format(time.RFC3339))
-		n++
+	st, err := ib.Stats(ctx)
+	if errors.Is(err, inbox.ErrNotMigrated) {
+		return fmt.Errorf("%s.processed_messages does not exist (is the schema migrated?): run `sqsinbox migrate up`", db.schema)
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return err
 	}
-	if n == 0 {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "HANDLER\tROWS\tOLDEST SEEN\tNEWEST SEEN\n")
+	for _, h := range st.Handlers {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", h.Handler, h.Rows, h.Oldest.UTC().Format(time.RFC3339), h.Newest.UTC().Format(time.RFC3339))
+	}
+	if len(st.Handlers) == 0 {
 		fmt.Fprintf(tw, "(no rows)\t\t\t\n")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "purge horizon at the default retention (%s): rows seen before %s\n",
+		durationText(inbox.DefaultRetention), st.PurgeHorizon.UTC().Format(time.RFC3339))
+	return nil
 }
 
 // queueStats prints the queue's counts and its DLQ's and, when withAge is set, the age of each
