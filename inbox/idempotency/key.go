@@ -8,20 +8,35 @@ import (
 	"hash"
 )
 
-// MaxKeyLength is the longest Idempotency-Key accepted, in characters (keys are ASCII).
-const MaxKeyLength = 255
+// MaxKeyLen is the longest Idempotency-Key accepted, in characters (keys are ASCII). The name
+// follows inbox.MaxKeyLen.
+const MaxKeyLen = 255
+
+// Deprecated names, kept for one release.
+const (
+	// Deprecated: use MaxKeyLen.
+	MaxKeyLength = MaxKeyLen
+)
+
+var (
+	// Deprecated: use ErrHeaderMissing (inbox.ErrKeyMissing means something else: a key source
+	// that is absent).
+	ErrKeyMissing = ErrHeaderMissing
+	// Deprecated: use ErrHeaderMultiple.
+	ErrKeyMultiple = ErrHeaderMultiple
+)
 
 // Errors of [ParseKey]. Each becomes a 400 response whose problem detail says which. None of
 // them, nor any message of this package, contains the key itself: keys can hold personal data.
 var (
-	// ErrKeyMissing means the request has no Idempotency-Key header.
-	ErrKeyMissing = errors.New("idempotency: the Idempotency-Key header is missing")
-	// ErrKeyMultiple means the request has more than one Idempotency-Key header, or a list in one.
-	ErrKeyMultiple = errors.New("idempotency: more than one Idempotency-Key")
+	// ErrHeaderMissing means the request has no Idempotency-Key header.
+	ErrHeaderMissing = errors.New("idempotency: the Idempotency-Key header is missing")
+	// ErrHeaderMultiple means the request has more than one Idempotency-Key header, or a list in one.
+	ErrHeaderMultiple = errors.New("idempotency: more than one Idempotency-Key")
 	// ErrKeyEmpty means the key is empty.
 	ErrKeyEmpty = errors.New("idempotency: the Idempotency-Key is empty")
-	// ErrKeyTooLong means the key is longer than [MaxKeyLength].
-	ErrKeyTooLong = fmt.Errorf("idempotency: the Idempotency-Key is longer than %d characters", MaxKeyLength)
+	// ErrKeyTooLong means the key is longer than [MaxKeyLen].
+	ErrKeyTooLong = fmt.Errorf("idempotency: the Idempotency-Key is longer than %d characters", MaxKeyLen)
 	// ErrKeyControl means the key contains a control character.
 	ErrKeyControl = errors.New("idempotency: the Idempotency-Key contains a control character")
 	// ErrKeySyntax means the header is neither a structured-field string nor a bare token.
@@ -35,15 +50,15 @@ var (
 // UUID is a key. Surrounding spaces and tabs are ignored.
 //
 // ParseKey fails with an error wrapping one of the ErrKey... values for: no header; more than one
-// header or a list; an empty key; a key over [MaxKeyLength] characters; a control character; and
+// header or a list; an empty key; a key over [MaxKeyLen] characters; a control character; and
 // anything else that is not a single string or token (non-ASCII, parameters, stray characters).
 func ParseKey(values []string) (string, error) {
 	switch len(values) {
 	case 0:
-		return "", ErrKeyMissing
+		return "", ErrHeaderMissing
 	case 1:
 	default:
-		return "", ErrKeyMultiple
+		return "", ErrHeaderMultiple
 	}
 	v := trimOWS(values[0])
 	if v == "" {
@@ -62,7 +77,7 @@ func ParseKey(values []string) (string, error) {
 	if key == "" {
 		return "", ErrKeyEmpty
 	}
-	if len(key) > MaxKeyLength {
+	if len(key) > MaxKeyLen {
 		return "", ErrKeyTooLong
 	}
 	return key, nil
@@ -118,7 +133,7 @@ func rest(s string) error {
 	case s == "":
 		return nil
 	case s[0] == ',':
-		return ErrKeyMultiple
+		return ErrHeaderMultiple
 	case s[0] == ';':
 		return fmt.Errorf("%w: parameters are not supported", ErrKeySyntax)
 	}

@@ -23,11 +23,11 @@ var parseCases = []struct {
 	{"token chars", []string{"a!#$%&'*+-.^_`|~:/Z9"}, "a!#$%&'*+-.^_`|~:/Z9", nil},
 	{"max length", []string{strings.Repeat("k", 255)}, strings.Repeat("k", 255), nil},
 	{"max length quoted", []string{`"` + strings.Repeat("k", 255) + `"`}, strings.Repeat("k", 255), nil},
-	{"missing", nil, "", idempotency.ErrKeyMissing},
-	{"two headers", []string{"a", "b"}, "", idempotency.ErrKeyMultiple},
-	{"two identical headers", []string{"a", "a"}, "", idempotency.ErrKeyMultiple},
-	{"list", []string{`"a", "b"`}, "", idempotency.ErrKeyMultiple},
-	{"token list", []string{"a,b"}, "", idempotency.ErrKeyMultiple},
+	{"missing", nil, "", idempotency.ErrHeaderMissing},
+	{"two headers", []string{"a", "b"}, "", idempotency.ErrHeaderMultiple},
+	{"two identical headers", []string{"a", "a"}, "", idempotency.ErrHeaderMultiple},
+	{"list", []string{`"a", "b"`}, "", idempotency.ErrHeaderMultiple},
+	{"token list", []string{"a,b"}, "", idempotency.ErrHeaderMultiple},
 	{"empty header", []string{""}, "", idempotency.ErrKeyEmpty},
 	{"blank header", []string{"  "}, "", idempotency.ErrKeyEmpty},
 	{"empty string", []string{`""`}, "", idempotency.ErrKeyEmpty},
@@ -85,7 +85,7 @@ func FuzzParseKey(f *testing.F) {
 			}
 			return
 		}
-		if key == "" || len(key) > idempotency.MaxKeyLength {
+		if key == "" || len(key) > idempotency.MaxKeyLen {
 			t.Fatalf("accepted key of length %d", len(key))
 		}
 		for i := range len(key) {
