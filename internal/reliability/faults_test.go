@@ -95,3 +95,35 @@ func TestFault10Sigterm(t *testing.T) {
 	t.Parallel()
 	requirePass(t, runScenario(t, "sigterm", small))
 }
+
+// TestFault02FrozenClaimHolder: a worker process SIGSTOPped while it holds inbox claims, for
+// longer than maxReceiveCount × the visibility timeout. The server ends its sessions
+// (IdleInTransactionTimeout), the other process's blocked claims retry after that, and each
+// event is applied once; none reaches the DLQ.
+func TestFault02FrozenClaimHolder(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, "frozen-claim-holder", frozenSize)
+	requirePass(t, rep)
+	if rep.GoodInDLQ != 0 {
+		t.Errorf("%d good messages reached the DLQ:\n%s", rep.GoodInDLQ, rep)
+	}
+}
+
+// TestFault02FrozenClaimHolderControl is the same run with the inbox's timeouts effectively off,
+// as before they existed: the frozen session keeps its claims, the other process's claims wait
+// until the handler's timeout, and the held events burn their receives into the DLQ. The
+// scenario must fail, and for that reason.
+func TestFault02FrozenClaimHolderControl(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, "control-frozen-no-timeouts", frozenSize)
+	if len(rep.Problems()) == 0 {
+		t.Errorf("the control run without the inbox's timeouts passed:\n%s", rep)
+	}
+	if rep.GoodInDLQ == 0 {
+		t.Errorf("no good message reached the DLQ without the inbox's timeouts:\n%s", rep)
+	}
+}
+
+// frozenSize is the size of the frozen-claim-holder runs: their handlers pause 0.8 s in each
+// transaction, so a few dozen events keep them short.
+var frozenSize = reliability.Size{Messages: 40, Workers: 2}

@@ -252,10 +252,10 @@ func randHex(n int) string {
 
 func auditPath(dir, worker string) string { return filepath.Join(dir, "deletes-"+worker+".jsonl") }
 
-// plainClient passes worker.PlainRequestBodies on every call. Without it, the SDK can retry a
+// plainClient passes [worker.PlainRequestBodies] on every call. Without it, the SDK can retry a
 // ReceiveMessage whose response arrived but whose connection net/http closed under the reader
-// (EMULATORS.md): the messages of the lost response stay invisible for the whole visibility
-// timeout, and a DLQ read misses them.
+// (that option's doc says how): the messages of the lost response stay invisible for the whole
+// visibility timeout, and a DLQ read misses them.
 type plainClient struct{ c *sqs.Client }
 
 func plain(optFns []func(*sqs.Options)) []func(*sqs.Options) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"syscall"
 	"time"
 
@@ -52,6 +51,10 @@ func Scenarios() []Scenario {
 			Doc: "worker processes SIGKILLed at random points, repeatedly, and restarted"},
 		{Name: "sigstop", Fault: 2, Run: runSigstop,
 			Doc: "a worker process SIGSTOPped for longer than the visibility timeout, then SIGCONTed"},
+		{Name: "frozen-claim-holder", Fault: 2, Run: runFrozenClaimHolder,
+			Doc: "a worker process SIGSTOPped while it holds inbox claims, for longer than maxReceiveCount (3) × the visibility timeout: another process applies each event once, none reaches the DLQ"},
+		{Name: "control-frozen-no-timeouts", Fault: 2, ExpectFail: true, Run: runFrozenControl,
+			Doc: "the same with the inbox's LockTimeout and IdleInTransactionTimeout effectively off (1 h), as before they existed: the held events must reach the DLQ"},
 		{Name: "postgres-restart", Fault: 3, Run: runPostgresRestart,
 			Doc: "PostgreSQL stopped with -m immediate and with -m fast mid-run, and started again"},
 		{Name: "commit-cut", Fault: 4, Run: runCommitCut,
@@ -551,26 +554,4 @@ func runSigterm(ctx context.Context, e *Env, s Size) (*Report, error) {
 	}
 	checks = append(checks, r.termAll(time.Minute)...)
 	return r.finish(ctx, prod, len(procs)+1, checks, notes)
-}
-
-// counters is a worker.Metrics that counts.
-type counters struct {
-	mu sync.Mutex
-	n  map[worker.Counter]int
-}
-
-func (c *counters) Add(k worker.Counter, n int) {
-	c.mu.Lock()
-	if c.n == nil {
-		c.n = map[worker.Counter]int{}
-	}
-	c.n[k] += n
-	c.mu.Unlock()
-}
-func (c *counters) Observe(worker.Histogram, time.Duration) {}
-func (c *counters) SetInFlight(int)                         {}
-func (c *counters) get(k worker.Counter) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[k]
 }

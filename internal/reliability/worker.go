@@ -70,6 +70,11 @@ type WorkerConfig struct {
 	SlowDelay time.Duration
 	// Backoff is the redelivery delay after a failure. 0 means 1 s.
 	Backoff time.Duration
+	// HandlerTimeout is the worker's Config.HandlerTimeout. 0 means the worker's default (5 min).
+	HandlerTimeout time.Duration
+	// LockTimeout and IdleInTransactionTimeout are the inbox's Config fields of the same names.
+	// 0 means the inbox's defaults (5 s and 1 min).
+	LockTimeout, IdleInTransactionTimeout time.Duration
 	// Mode is ModeNormal or ModeAckBeforeCommit.
 	Mode string
 	// CrashAt is the ack after which a ModeAckBeforeCommit worker kills itself.
@@ -123,7 +128,8 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ib, err := inbox.New(pool, &inbox.Config{Schema: cfg.Schema, Logger: log})
+	ib, err := inbox.New(pool, &inbox.Config{Schema: cfg.Schema, Logger: log,
+		LockTimeout: cfg.LockTimeout, IdleInTransactionTimeout: cfg.IdleInTransactionTimeout})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -192,7 +198,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	}
 	w, err := worker.New(audit, &worker.Config{
 		QueueURL: cfg.QueueURL, Handler: wh, Concurrency: cfg.Concurrency, WaitTime: time.Second,
-		VisibilityTimeout: cfg.Visibility, ShutdownTimeout: shutdown,
+		VisibilityTimeout: cfg.Visibility, ShutdownTimeout: shutdown, HandlerTimeout: cfg.HandlerTimeout,
 		Backoff: func(int) time.Duration { return backoff }, Logger: log, Metrics: cfg.Metrics,
 	})
 	if err == nil {
@@ -259,8 +265,8 @@ func recordingFunc(cfg WorkerConfig) inboxhandler.Func {
 }
 
 // WorkerMain is the body of a worker process: it reads its [WorkerConfig] from [EnvWorker],
-// runs until SIGTERM, stops gracefully and returns the process's exit code. It returns -1 when
-// EnvWorker is not set.
+// runs until SIGTERM, stops gracefully, writes its counters (see [Proc.Counters]) and returns
+// the process's exit code. It returns -1 when EnvWorker is not set.
 func WorkerMain() int {
 	raw := os.Getenv(EnvWorker)
 	if raw == "" {
@@ -273,6 +279,8 @@ func WorkerMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	met := &counters{}
+	cfg.Metrics = met
 	w, err := StartWorker(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reliability worker:", err)
@@ -282,7 +290,11 @@ func WorkerMain() int {
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := w.Stop(sctx); err != nil {
+	err = w.Stop(sctx)
+	if raw, jerr := json.Marshal(met.snapshot()); jerr == nil {
+		fmt.Fprintln(os.Stderr, countersPrefix+string(raw))
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "reliability worker: stop:", err)
 		return 3
 	}

@@ -8,8 +8,8 @@
 // server (GoAws built from the module proxy, or AWS_ENDPOINT_URL_SQS). Worker processes are this
 // binary re-executed with the worker's configuration in the environment.
 //
-// It exits 1 if any scenario fails the checker, or if the control run of a deliberately
-// broken worker is not flagged.
+// It exits 1 if any scenario fails the checker, or if a control run (a deliberately broken
+// worker, the inbox without its timeouts) is not flagged.
 package main
 
 import (
@@ -109,11 +109,11 @@ func run() int {
 		if failed != sc.ExpectFail {
 			code = 1
 			if sc.ExpectFail {
-				fmt.Printf("soak: %s: the checker did not flag the broken worker\n", sc.Name)
+				fmt.Printf("soak: %s: the control run was not flagged\n", sc.Name)
 			}
 		}
 	}
-	fmt.Printf("\nsoak: %d scenarios in %v (the control row must FAIL: it is a deliberately broken worker)\n", len(reports), time.Since(start).Round(time.Second))
+	fmt.Printf("\nsoak: %d scenarios in %v (the control rows must FAIL: a deliberately broken worker, and the inbox without its timeouts)\n", len(reports), time.Since(start).Round(time.Second))
 	_ = reliability.WriteTable(os.Stdout, reports)
 	if code == 0 {
 		_ = os.RemoveAll(dir)
