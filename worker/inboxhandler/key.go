@@ -63,6 +63,21 @@ func KeyFromMessageID(m *worker.Message) (string, error) {
 	return m.ID, nil
 }
 
+// KeyFromSNSMessageID takes the SNS MessageId of a message that arrived in an SNS envelope (see
+// worker.Config.SNS) as the key. Like the SQS MessageId, it is a fallback with limits: a
+// producer that retries its Publish gets a new SNS MessageId for the same event. A message that
+// did not come through SNS has no such key ([inbox.ErrKeyMissing]).
+func KeyFromSNSMessageID(m *worker.Message) (string, error) {
+	const src = "SNS MessageId"
+	if m.SNS == nil {
+		return "", &inbox.KeyError{What: "event key", Source: src, Err: inbox.ErrKeyMissing}
+	}
+	if err := inbox.ValidateKeyFrom(m.SNS.MessageID, src); err != nil {
+		return "", err
+	}
+	return m.SNS.MessageID, nil
+}
+
 // FirstKey tries each KeyFunc in turn and returns the first key found. A source's error other
 // than a missing key stops the search: a present but invalid key is an error, never skipped.
 func FirstKey(fns ...KeyFunc) KeyFunc {

@@ -104,3 +104,19 @@ func TestNewValidates(t *testing.T) {
 		t.Error("nil fn accepted")
 	}
 }
+
+func TestKeyFromSNSMessageID(t *testing.T) {
+	t.Parallel()
+	m := msg(`{"id":"evt_1"}`, nil)
+	if _, err := inboxhandler.KeyFromSNSMessageID(m); !errors.Is(err, inbox.ErrKeyMissing) {
+		t.Errorf("no SNS envelope: %v, want ErrKeyMissing", err)
+	}
+	m.SNS = &worker.SNSNotification{MessageID: "5b2c7e1e-0000-4000-8000-000000000001"}
+	if k, err := inboxhandler.KeyFromSNSMessageID(m); err != nil || k != m.SNS.MessageID {
+		t.Errorf("KeyFromSNSMessageID = %q, %v", k, err)
+	}
+	// The default key does not use it: the body's id wins.
+	if k, err := inboxhandler.DefaultKey(m); err != nil || k != "evt_1" {
+		t.Errorf("DefaultKey = %q, %v; want the body's id", k, err)
+	}
+}
