@@ -16,12 +16,32 @@ help: ## List the targets.
 demo: ## The OrderPaid story end to end: GoAws and a throwaway PostgreSQL started for you, evt_9f3k twice, 1,000 more events with duplicates, a table.
 	$(GO) run ./internal/cmd/demo
 
+# The SQS server the harness (internal/sqstest) starts for the first pass of `make test`: goaws
+# (the default) or fauxqs. TESTING.md says how the suite runs and what each server gets wrong.
+SQSINBOX_TEST_SQS ?= goaws
+# The packages whose tests use an SQS server (internal/sqstest), run a second time against
+# fauxqs when the first pass used GoAws. All of them pass there except one test, skipped on that
+# pass: internal/reliability's TestFault02FrozenClaimHolder needs the other worker to receive the
+# frozen worker's messages within 5 s; GoAws hands a message whose visibility expired back ahead
+# of the backlog, fauxqs puts it behind the backlog (both allowed by SQS), so it is met too late.
+FAUXQS_PACKAGES := ./internal/sqstest/ ./worker/ ./worker/inboxhandler/ ./internal/reliability/ \
+	./cmd/sqsinbox/ ./internal/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/warehouse/
+FAUXQS_SKIP := ^TestFault02FrozenClaimHolder$$
+
 .PHONY: test
-test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you), plus the localstack/ and terraform/ checks.
+test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you: GoAws, then fauxqs for the SQS packages), plus the localstack/ and terraform/ checks.
 	$(GO) vet ./...
 	scripts/localstack-check.sh
 	scripts/tf-test.sh --cached
+# With a server of your own (AWS_ENDPOINT_URL_SQS), one pass against it.
+ifneq ($(AWS_ENDPOINT_URL_SQS)$(AWS_ENDPOINT_URL),)
 	$(GO) test -race -count=1 -timeout 20m ./...
+else
+	SQSINBOX_TEST_SQS=$(SQSINBOX_TEST_SQS) $(GO) test -race -count=1 -timeout 20m ./...
+  ifeq ($(SQSINBOX_TEST_SQS),goaws)
+	SQSINBOX_TEST_SQS=fauxqs $(GO) test -race -count=1 -timeout 20m -skip '$(FAUXQS_SKIP)' $(FAUXQS_PACKAGES)
+  endif
+endif
 
 .PHONY: bench
 bench: bench-inbox bench-http bench-worker ## Run the benchmarks and print their tables.
