@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/examples/internal/app"
+	"github.com/sqsinbox/sqsinbox/examples/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 )
@@ -181,17 +181,7 @@ func TestRefusesWithoutDatabase(t *testing.T) {
 		}
 	}
 
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pw, _ := u.User.Password()
-	for k, v := range map[string]string{
-		"DATABASE_URL": "", "PGHOST": u.Hostname(), "PGPORT": u.Port(), "PGDATABASE": strings.TrimPrefix(u.Path, "/"),
-		"PGUSER": u.User.Username(), "PGPASSWORD": pw, "PGSSLMODE": u.Query().Get("sslmode"),
-	} {
-		t.Setenv(k, v) // the driver reads them from the process's environment
-	}
+	exampletest.SetPGEnv(t, db.URL)
 	if err := run(t.Context(), []string{"migrate"}, os.Getenv, io.Discard, log, nil); err != nil {
 		t.Fatalf("migrate with PGHOST, PGPORT, PGDATABASE, PGUSER: %v", err)
 	}

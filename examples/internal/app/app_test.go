@@ -68,18 +68,8 @@ func TestRefusesWithoutDatabase(t *testing.T) {
 
 // TestPGVariablesSayWhere: without DATABASE_URL, the libpq variables are enough.
 func TestPGVariablesSayWhere(t *testing.T) {
-	u, err := url.Parse(srv.DB.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pw, _ := u.User.Password()
-	for k, v := range map[string]string{
-		"DATABASE_URL": "", "PGHOST": u.Hostname(), "PGPORT": u.Port(), "PGDATABASE": strings.TrimPrefix(u.Path, "/"),
-		"PGUSER": u.User.Username(), "PGPASSWORD": pw, "PGSSLMODE": u.Query().Get("sslmode"),
-	} {
-		t.Setenv(k, v) // the driver reads them from the process's environment
-	}
-	err = app.Run(t.Context(), spec, app.Options{Args: []string{"migrate"}, Getenv: os.Getenv, Logger: exampletest.Logger(t)})
+	exampletest.SetPGEnv(t, srv.DB.URL)
+	err := app.Run(t.Context(), spec, app.Options{Args: []string{"migrate"}, Getenv: os.Getenv, Logger: exampletest.Logger(t)})
 	if err != nil {
 		t.Fatalf("migrate with PGHOST, PGPORT, PGDATABASE, PGUSER: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -93,6 +94,24 @@ func (s Servers) Getenv(queueURL string, extra ...string) func(string) string {
 			return v
 		}
 		return os.Getenv(k)
+	}
+}
+
+// SetPGEnv unsets DATABASE_URL and sets the libpq variables (PGHOST, PGPORT, PGDATABASE, PGUSER,
+// PGPASSWORD, PGSSLMODE) of the postgres:// URL dbURL in the process's environment, where the
+// driver reads them, until t ends. t must not be parallel.
+func SetPGEnv(t *testing.T, dbURL string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	for k, v := range map[string]string{
+		"DATABASE_URL": "", "PGHOST": u.Hostname(), "PGPORT": u.Port(), "PGDATABASE": strings.TrimPrefix(u.Path, "/"),
+		"PGUSER": u.User.Username(), "PGPASSWORD": pw, "PGSSLMODE": u.Query().Get("sslmode"),
+	} {
+		t.Setenv(k, v)
 	}
 }
 
