@@ -124,6 +124,6 @@ func TestFault02FrozenClaimHolderControl(t *testing.T) {
 	}
 }
 
-// frozenSize is the size of the frozen-claim-holder runs: their handlers pause 0.8 s in each
-// transaction, so a few dozen events keep them short.
+// frozenSize is the size of the frozen-claim-holder runs: a few dozen events are enough, as the
+// fault is about the handful the stopped process holds.
 var frozenSize = reliability.Size{Messages: 40, Workers: 2}

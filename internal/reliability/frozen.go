@@ -33,14 +33,17 @@ func runFrozenControl(ctx context.Context, e *Env, s Size) (*Report, error) {
 
 // runFrozen SIGSTOPs a worker process while it holds inbox claims (its transactions idle after
 // the claim, uncommitted), keeps it stopped for longer than maxReceiveCount × the visibility
-// timeout and until every event is effected or in the DLQ, then SIGCONTs it. Another worker
-// process must apply each event once, and none may reach the DLQ.
+// timeout and until every event is effected or in the DLQ, then SIGCONTs it. The other worker
+// processes start once it is stopped, and are fast: they have drained the rest of the queue when
+// the held messages come back, so that they receive them while the claims are still held, on a
+// server that redelivers ahead of the backlog (GoAws) as on one that puts them behind it. They
+// must apply each event once, and none may reach the DLQ.
 func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox) (*Report, error) {
 	const (
 		vis        = 2 * time.Second
 		maxReceive = 3
-		// slow is the pause in every transaction after the claim: the stop lands in it. It is
-		// shorter than the handler timeout and than the idle timeout.
+		// slow is the stopped process's pause in every transaction after the claim: the stop
+		// lands in it. It is shorter than the handler timeout and than the idle timeout.
 		slow = 800 * time.Millisecond
 		// handlerTimeout scales the worker's default (5 min) down as vis scales SQS's 30 s:
 		// before the inbox bounded its lock wait, it was what ended a claim blocked behind a
@@ -68,12 +71,27 @@ func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox)
 		q.Set("application_name", r.Schema+"-"+id) // its sessions in pg_stat_activity
 		u.RawQuery = q.Encode()
 		c.DatabaseURL = u.String()
-		c.Concurrency, c.SlowDelay, c.HandlerTimeout, c.Backoff = 4, slow, handlerTimeout, 200*time.Millisecond
+		c.Concurrency, c.HandlerTimeout, c.Backoff = 4, handlerTimeout, 200*time.Millisecond
 		c.LockTimeout, c.IdleInTransactionTimeout = ib.lock, ib.idle
 		return c, nil
 	}
-	var procs []*Proc
-	for i := range max(2, s.Workers) {
+	c, err := config("w0")
+	if err != nil {
+		return nil, err
+	}
+	c.SlowDelay = slow
+	frozen, err := r.StartProc(c)
+	if err != nil {
+		return nil, err
+	}
+	app := r.Schema + "-" + frozen.Cfg.ID
+	held, err := r.stopWhileHolding(ctx, frozen, app, frozen.Cfg.Concurrency, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	stopped := time.Now()
+	procs := []*Proc{frozen}
+	for i := 1; i < max(2, s.Workers); i++ {
 		c, err := config(fmt.Sprintf("w%d", i))
 		if err != nil {
 			return nil, err
@@ -84,13 +102,6 @@ func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox)
 		}
 		procs = append(procs, p)
 	}
-	frozen := procs[0]
-	app := r.Schema + "-" + frozen.Cfg.ID
-	held, err := r.stopWhileHolding(ctx, frozen, app, frozen.Cfg.Concurrency, time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	stopped := time.Now()
 	var checks, notes []string
 	// Stopped until minStop has passed and every event is effected or in the DLQ.
 	var ended time.Duration // when the server ended the frozen sessions, if it did
