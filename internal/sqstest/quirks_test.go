@@ -101,10 +101,7 @@ var quirks = []quirk{
 			m := receive(t, q.URL, 1)
 			out, err := srv.Client().ChangeMessageVisibilityBatch(t.Context(), &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &q.URL,
 				Entries: []types.ChangeMessageVisibilityBatchRequestEntry{{Id: aws.String("a"), ReceiptHandle: m[0].ReceiptHandle, VisibilityTimeout: 60}}})
-			if err != nil {
-				return "fails: " + kindOfError(err)
-			}
-			return fmt.Sprintf("%d successful", len(out.Successful))
+			return outcome(err, func() string { return fmt.Sprintf("%d successful", len(out.Successful)) })
 		},
 		want: map[sqstest.Kind]string{sqstest.KindGoAws: "fails: HTTP 400, not deserialisable", sqstest.KindFauxqs: "1 successful", sqstest.KindOther: "1 successful"},
 	},
@@ -119,7 +116,8 @@ var quirks = []quirk{
 			if _, err := srv.Client().DeleteMessage(t.Context(), del); err != nil {
 				t.Fatal(err)
 			}
-			return deleteResult(srv.Client().DeleteMessage(t.Context(), del))
+			_, err := srv.Client().DeleteMessage(t.Context(), del)
+			return outcome(err, func() string { return "succeeds" })
 		},
 		want: map[sqstest.Kind]string{sqstest.KindGoAws: "fails: HTTP 404 AWS.SimpleQueueService.QueueExists", sqstest.KindFauxqs: "succeeds", sqstest.KindOther: "succeeds"},
 	},
@@ -128,7 +126,8 @@ var quirks = []quirk{
 		name: "DeleteMessage with a garbage receipt handle",
 		probe: func(t *testing.T) string {
 			q := newQueue(t, sqstest.QueueOptions{Prefix: "quirk-garbage"})
-			return deleteResult(srv.Client().DeleteMessage(t.Context(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: aws.String("garbage")}))
+			_, err := srv.Client().DeleteMessage(t.Context(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: aws.String("garbage")})
+			return outcome(err, func() string { return "succeeds" })
 		},
 		want: map[sqstest.Kind]string{sqstest.KindGoAws: "fails: HTTP 404 AWS.SimpleQueueService.QueueExists", sqstest.KindFauxqs: "succeeds", sqstest.KindOther: "fails: HTTP 400 ReceiptHandleIsInvalid"},
 	},
@@ -218,10 +217,7 @@ var quirks = []quirk{
 			q := newQueue(t, sqstest.QueueOptions{Prefix: "quirk-move", MaxReceiveCount: 1})
 			arn := attrs(t, q.DLQURL, types.QueueAttributeNameQueueArn)["QueueArn"]
 			_, err := srv.Client().StartMessageMoveTask(t.Context(), &sqs.StartMessageMoveTaskInput{SourceArn: &arn})
-			if err != nil {
-				return "fails: " + kindOfError(err)
-			}
-			return "succeeds"
+			return outcome(err, func() string { return "succeeds" })
 		},
 		want: map[sqstest.Kind]string{sqstest.KindGoAws: "fails: HTTP 400, not deserialisable", sqstest.KindFauxqs: "fails: HTTP 400 InvalidAction", sqstest.KindOther: "succeeds"},
 	},
@@ -230,10 +226,7 @@ var quirks = []quirk{
 		probe: func(t *testing.T) string {
 			q := newQueue(t, sqstest.QueueOptions{Prefix: "quirk-sources", MaxReceiveCount: 1})
 			out, err := srv.Client().ListDeadLetterSourceQueues(t.Context(), &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: &q.DLQURL})
-			if err != nil {
-				return "fails: " + kindOfError(err)
-			}
-			return fmt.Sprintf("%d queues", len(out.QueueUrls))
+			return outcome(err, func() string { return fmt.Sprintf("%d queues", len(out.QueueUrls)) })
 		},
 		want: map[sqstest.Kind]string{sqstest.KindGoAws: "fails: HTTP 400, not deserialisable", sqstest.KindFauxqs: "fails: HTTP 400 InvalidAction", sqstest.KindOther: "1 queues"},
 	},
@@ -319,11 +312,12 @@ func attrs(t *testing.T, url string, names ...types.QueueAttributeName) map[stri
 	return out.Attributes
 }
 
-func deleteResult(_ *sqs.DeleteMessageOutput, err error) string {
+// outcome says how a call went: "fails: " and what it got back, or what ok says.
+func outcome(err error, ok func() string) string {
 	if err != nil {
 		return "fails: " + kindOfError(err)
 	}
-	return "succeeds"
+	return ok()
 }
 
 // kindOfError says what a failed call got back: the HTTP status and the API error code, or that
