@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/sqsinbox/sqsinbox/internal/panics"
-	"github.com/sqsinbox/sqsinbox/internal/pgtx"
+	"github.com/sqsinbox/sqsinbox/internal/core/panics"
+	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
 )
 
 // Outcome says what a claim-and-run did.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/internal/migrate"
-	"github.com/sqsinbox/sqsinbox/internal/sqlident"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+	"github.com/sqsinbox/sqsinbox/migrate"
 )
 
 // Defaults for Config.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/internal/migrate"
+	"github.com/sqsinbox/sqsinbox/migrate"
 )
 
 //go:embed migrations/*.sql

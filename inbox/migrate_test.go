@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/migrate"
+	"github.com/sqsinbox/sqsinbox/migrate"
 )
 
 func tableExists(t *testing.T, pool *pgxpool.Pool, schema, table string) bool {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/internal/pgpurge"
+	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
 )
 
 // PurgeResult reports one purge run.

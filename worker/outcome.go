@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/internal/panics"
+	"github.com/sqsinbox/sqsinbox/internal/core/panics"
 )
 
 // The outcome of one message: run its handler under its lease, then settle the message as the

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/internal/panics"
+	"github.com/sqsinbox/sqsinbox/internal/core/panics"
 )
 
 // Causes with which the worker cancels a handler's context. A handler tells them apart with

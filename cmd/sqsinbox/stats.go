@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/sqlident"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
 func runStats(ctx context.Context, e env, args []string) error {

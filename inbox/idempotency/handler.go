@@ -9,8 +9,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/sqsinbox/sqsinbox/internal/panics"
-	"github.com/sqsinbox/sqsinbox/internal/pgtx"
+	"github.com/sqsinbox/sqsinbox/internal/core/panics"
+	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
 )
 
 // ErrEmptyPrincipal is logged when Config.Principal returns "" without an error. The request gets

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/sqlident"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
 // Header names.

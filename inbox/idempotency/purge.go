@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/pgpurge"
+	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
 )
 
 // Purge deletes expired keys, once: those whose expiry (stored with each key from the TTL of

@@ -24,6 +24,7 @@ package sqstest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -108,7 +109,7 @@ func Start(ctx context.Context) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("sqstest: %s=%q: want %s or %s", EnvServer, kind, KindGoAws, KindFauxqs)
 	}
-	if ep := cmpOr(os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")); ep != "" {
+	if ep := cmp.Or(os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")); ep != "" {
 		if kind == "" {
 			kind = KindOther
 			if os.Getenv(envChildGoAws) == "1" {
@@ -166,13 +167,6 @@ func setDefault(k, v string) {
 	if os.Getenv(k) == "" {
 		_ = os.Setenv(k, v)
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // init makes the shared client. It passes worker.PlainRequestBodies: without it, the SDK can
@@ -349,7 +343,7 @@ func (s *Server) CreateQueue(t testing.TB, o QueueOptions) *Queue {
 func (s *Server) CreateQueueErr(ctx context.Context, o QueueOptions) (*Queue, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	name := cmpOr(o.Prefix, "q") + "-" + randomSuffix()
+	name := cmp.Or(o.Prefix, "q") + "-" + randomSuffix()
 	vis := o.VisibilityTimeout
 	if vis == 0 {
 		vis = 30 * time.Second

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
@@ -21,7 +20,7 @@ func Start(t testing.TB, client worker.SQSClient, cfg *worker.Config) *worker.Wo
 	t.Helper()
 	c := *cfg
 	if c.Logger == nil {
-		c.Logger = sqstest.Logger(t)
+		c.Logger = Logger(t)
 	}
 	w, err := worker.New(client, &c)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
 // Servers are the servers of one test binary.
@@ -284,32 +285,5 @@ func (m *Metrics) Get(c worker.Counter) int {
 	return m.c[c]
 }
 
-// Logger logs warnings and errors to t, and nothing after t ends.
-func Logger(t testing.TB) *slog.Logger {
-	return slog.New(&tlog{t: t})
-}
-
-type tlog struct {
-	t     testing.TB
-	attrs []slog.Attr
-}
-
-func (h *tlog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (h *tlog) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Level.String() + " " + r.Message)
-	for _, a := range h.attrs {
-		b.WriteString(" " + a.String())
-	}
-	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
-	defer func() { _ = recover() }() // logging after the test ended panics; drop it
-	h.t.Log(b.String())
-	return nil
-}
-
-func (h *tlog) WithAttrs(as []slog.Attr) slog.Handler {
-	return &tlog{t: h.t, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
-}
-
-func (h *tlog) WithGroup(string) slog.Handler { return h }
+// Logger logs warnings and errors to t, and nothing after t ends (workertest.Logger).
+func Logger(t testing.TB) *slog.Logger { return workertest.Logger(t) }

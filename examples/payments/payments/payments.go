@@ -20,7 +20,7 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/examples/payments/provider"
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/migrate"
+	"github.com/sqsinbox/sqsinbox/migrate"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )

@@ -26,7 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/internal/migrate"
+	"github.com/sqsinbox/sqsinbox/migrate"
 )
 
 // Schema holds the provider's tables: charges and idempotency_keys.

@@ -1,5 +1,7 @@
-// Package migrate applies numbered, embedded up and down SQL migrations. The inbox and the
-// examples use it; the inbox's public API and the CLI wrap it.
+// Package migrate applies numbered, embedded up and down SQL migrations to a schema. The inbox's
+// own migrations run through it (inbox.Migrate and `sqsinbox migrate` wrap it), and it is public
+// so that a service built on sqsinbox can ship its own tables the same way, as the examples do,
+// or run the inbox's migrations from its own deployment tool.
 //
 // Files are named NNNN_name.up.sql and NNNN_name.down.sql. The text {{schema}} in a file is
 // replaced by the quoted schema name. Applied versions are recorded in a table of the schema.
@@ -22,7 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqlident"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
 // Migration is one numbered schema change.

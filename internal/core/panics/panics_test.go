@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sqsinbox/sqsinbox/internal/panics"
+	"github.com/sqsinbox/sqsinbox/internal/core/panics"
 )
 
 func TestCall(t *testing.T) {

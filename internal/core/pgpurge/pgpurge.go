@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqlident"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
 // Target says what to purge.

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/sqsinbox/sqsinbox/internal/pgtx"
+	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
 )
 
 func TestCommitUnknown(t *testing.T) {
