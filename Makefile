@@ -32,6 +32,7 @@ FAUXQS_SKIP := ^TestFault02FrozenClaimHolder$$
 test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you: GoAws, then fauxqs for the SQS packages), plus the localstack/ and terraform/ checks.
 	$(GO) vet ./...
 	scripts/localstack-check.sh
+	scripts/examples-copy-check.sh
 	scripts/tf-test.sh --cached
 # With a server of your own (AWS_ENDPOINT_URL_SQS), one pass against it.
 ifneq ($(AWS_ENDPOINT_URL_SQS)$(AWS_ENDPOINT_URL),)
@@ -64,6 +65,10 @@ SOAK_WORKERS  ?= 4
 .PHONY: soak
 soak: ## Every reliability scenario at SOAK_MESSAGES (50,000) messages with SOAK_WORKERS (4) workers, about 30 min; prints the checker's table (RELIABILITY.md).
 	$(GO) run ./internal/cmd/soak -messages $(SOAK_MESSAGES) -workers $(SOAK_WORKERS)
+
+.PHONY: examples-copy-check
+examples-copy-check: ## Copy each example folder out of the repository with a go.mod of its own and build it (public packages only).
+	scripts/examples-copy-check.sh
 
 .PHONY: localstack-check
 localstack-check: ## Check localstack/ statically (compose file, init script, queues) and prove each rule can fail.

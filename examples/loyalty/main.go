@@ -8,15 +8,15 @@ package main
 import (
 	"context"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/examples/loyalty/loyalty"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-func main() { app.Main(spec) }
+func main() { workerapp.Main(spec) }
 
-var spec = app.Spec{
+var spec = workerapp.Spec{
 	Name:    loyalty.HandlerName,
 	Migrate: loyalty.Migrate,
-	Handler: func(_ context.Context, d *app.Deps) (worker.Handler, error) { return loyalty.New(d.Inbox) },
+	Handler: func(_ context.Context, d *workerapp.Deps) (worker.Handler, error) { return loyalty.New(d.Inbox) },
 }

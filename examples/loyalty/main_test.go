@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
-	"github.com/sqsinbox/sqsinbox/examples/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/examples/loyalty/loyalty"
 	"github.com/sqsinbox/sqsinbox/examples/warehouse/warehouse"
+	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
 // The tests run the example as its main does, in this process, against real servers: PostgreSQL
@@ -22,10 +22,10 @@ var srv exampletest.Servers
 func TestMain(m *testing.M) { exampletest.Main(m, "loyalty", &srv) }
 
 // warehouseSpec is the warehouse example, consuming the same events.
-var warehouseSpec = app.Spec{
+var warehouseSpec = workerapp.Spec{
 	Name:    warehouse.HandlerName,
 	Migrate: warehouse.Migrate,
-	Handler: func(_ context.Context, d *app.Deps) (worker.Handler, error) { return warehouse.New(d.Inbox) },
+	Handler: func(_ context.Context, d *workerapp.Deps) (worker.Handler, error) { return warehouse.New(d.Inbox) },
 }
 
 // TestPointsOncePerEvent sends the same OrderPaid events, a fifth of them two to five times, to
@@ -37,8 +37,8 @@ func TestPointsOncePerEvent(t *testing.T) {
 	srv.Migrate(t, warehouseSpec)
 	pool := srv.Pool(t)
 	lq, wq := srv.Queue(t, "loyalty"), srv.Queue(t, "warehouse")
-	l := srv.Start(t, spec, lq.URL, app.Options{})
-	w := srv.Start(t, warehouseSpec, wq.URL, app.Options{})
+	l := srv.Start(t, spec, lq.URL, workerapp.Options{})
+	w := srv.Start(t, warehouseSpec, wq.URL, workerapp.Options{})
 
 	events := exampletest.Events("loy", 300, 37)
 	srv.Send(t, lq.URL, exampletest.Messages(events))

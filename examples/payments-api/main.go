@@ -28,10 +28,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/migrate"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
 //go:embed migrations/*.sql
@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 && !migrateOnly {
 		return errUsage
 	}
-	pool, err := app.Connect(ctx, getenv, 0)
+	pool, err := workerapp.Connect(ctx, getenv, 0)
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
-	"github.com/sqsinbox/sqsinbox/examples/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
+	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
 var db *pgtest.Server
@@ -175,8 +175,8 @@ func TestRefusesWithoutDatabase(t *testing.T) {
 	} {
 		for _, args := range [][]string{nil, {"migrate"}} {
 			err := run(t.Context(), args, func(k string) string { return tc.vars[k] }, io.Discard, log, nil)
-			if !errors.Is(err, app.ErrNoDatabase) || !strings.Contains(err.Error(), "PGHOST") {
-				t.Errorf("%s, args %q: got %v, want app.ErrNoDatabase", tc.name, args, err)
+			if !errors.Is(err, workerapp.ErrNoDatabase) || !strings.Contains(err.Error(), "PGHOST") {
+				t.Errorf("%s, args %q: got %v, want workerapp.ErrNoDatabase", tc.name, args, err)
 			}
 		}
 	}

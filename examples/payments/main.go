@@ -15,17 +15,17 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/examples/payments/payments"
 	"github.com/sqsinbox/sqsinbox/examples/payments/provider"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-func main() { app.Main(newSpec(nil)) }
+func main() { workerapp.Main(newSpec(nil)) }
 
 // newSpec returns the example; httpClient (nil for the default) calls the provider.
-func newSpec(httpClient *http.Client) app.Spec {
-	return app.Spec{
+func newSpec(httpClient *http.Client) workerapp.Spec {
+	return workerapp.Spec{
 		Name: payments.HandlerName,
 		Migrate: func(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 			if _, err := provider.Migrate(ctx, pool); err != nil {
@@ -33,7 +33,7 @@ func newSpec(httpClient *http.Client) app.Spec {
 			}
 			return payments.Migrate(ctx, pool)
 		},
-		Handler: func(_ context.Context, d *app.Deps) (worker.Handler, error) {
+		Handler: func(_ context.Context, d *workerapp.Deps) (worker.Handler, error) {
 			url := d.Getenv("PROVIDER_URL")
 			if url == "" {
 				p, err := provider.Start(d.Pool, cmp.Or(d.Getenv("PROVIDER_ADDR"), "127.0.0.1:0"))

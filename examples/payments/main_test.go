@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
-	"github.com/sqsinbox/sqsinbox/examples/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/examples/payments/provider"
+	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
 // The tests run the example as its main does, in this process, with the local provider it
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, "payments", &srv) }
 func TestOneChargePerEvent(t *testing.T) {
 	srv.Migrate(t, newSpec(nil))
 	q := srv.Queue(t, "payments")
-	run := srv.Start(t, newSpec(nil), q.URL, app.Options{})
+	run := srv.Start(t, newSpec(nil), q.URL, workerapp.Options{})
 	events := exampletest.Events("pay1", 200, 30)
 	msgs := exampletest.Messages(events)
 	srv.Send(t, q.URL, msgs)
@@ -52,7 +52,7 @@ func TestCrashAfterCharge(t *testing.T) {
 	q := srv.Queue(t, "payments")
 	crash := &crashAfterCharge{next: http.DefaultTransport, calls: map[string]int{}}
 	spec := newSpec(&http.Client{Transport: crash, Timeout: 30 * time.Second})
-	run := srv.Start(t, spec, q.URL, app.Options{Worker: worker.Config{
+	run := srv.Start(t, spec, q.URL, workerapp.Options{Worker: worker.Config{
 		Backoff: func(int) time.Duration { return 0 }, // redeliver at once
 	}})
 	events := exampletest.Events("pay2", 100, 30)

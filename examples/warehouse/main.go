@@ -8,15 +8,15 @@ package main
 import (
 	"context"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/examples/warehouse/warehouse"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-func main() { app.Main(spec) }
+func main() { workerapp.Main(spec) }
 
-var spec = app.Spec{
+var spec = workerapp.Spec{
 	Name:    warehouse.HandlerName,
 	Migrate: warehouse.Migrate,
-	Handler: func(_ context.Context, d *app.Deps) (worker.Handler, error) { return warehouse.New(d.Inbox) },
+	Handler: func(_ context.Context, d *workerapp.Deps) (worker.Handler, error) { return warehouse.New(d.Inbox) },
 }

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
-	"github.com/sqsinbox/sqsinbox/examples/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/examples/warehouse/warehouse"
+	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
 // The tests run the example as its main does, in this process, against real servers: PostgreSQL
@@ -32,7 +32,7 @@ func TestOnePickTaskPerOrder(t *testing.T) {
 	srv.Migrate(t, spec) // a second migrate applies nothing and succeeds
 	pool := srv.Pool(t)
 	q := srv.Queue(t, "warehouse")
-	run := srv.Start(t, spec, q.URL, app.Options{})
+	run := srv.Start(t, spec, q.URL, workerapp.Options{})
 
 	events := exampletest.Events("wh", 300, 50)
 	msgs := exampletest.Messages(events)
@@ -90,7 +90,7 @@ func TestStory(t *testing.T) {
 	pool := srv.Pool(t)
 	q := srv.Queue(t, "warehouse")
 	metricsAddr := freeAddr(t)
-	run := srv.Start(t, spec, q.URL, app.Options{Getenv: srv.Getenv(q.URL, "METRICS_ADDR="+metricsAddr)})
+	run := srv.Start(t, spec, q.URL, workerapp.Options{Getenv: srv.Getenv(q.URL, "METRICS_ADDR="+metricsAddr)})
 	body := `{"id":"evt_9f3k","order_id":"ord_7731","customer_id":"cus_42","amount":4999,"currency":"EUR"}`
 
 	for i, want := range []worker.Counter{worker.Processed, worker.Duplicates} {
@@ -144,7 +144,7 @@ func TestBadMessageGoesToDLQ(t *testing.T) {
 	}
 	srv.Migrate(t, spec)
 	q := srv.Queue(t, "warehouse")
-	run := srv.Start(t, spec, q.URL, app.Options{Worker: worker.Config{
+	run := srv.Start(t, spec, q.URL, workerapp.Options{Worker: worker.Config{
 		Backoff: func(int) time.Duration { return 0 },
 	}})
 	srv.Send(t, q.URL, []sqstest.Message{{Body: `{"id":"evt_bad"}`}})
@@ -164,11 +164,11 @@ func TestBadMessageGoesToDLQ(t *testing.T) {
 // is named.
 func TestUsage(t *testing.T) {
 	ctx := context.Background()
-	if err := app.Run(ctx, spec, app.Options{Args: []string{"frobnicate"}}); err == nil {
+	if err := workerapp.Run(ctx, spec, workerapp.Options{Args: []string{"frobnicate"}}); err == nil {
 		t.Error("an unknown subcommand was accepted")
 	}
-	err := app.Run(ctx, spec, app.Options{Getenv: func(string) string { return "" }})
-	if !errors.Is(err, app.ErrNoDatabase) || !strings.Contains(err.Error(), "DATABASE_URL") {
+	err := workerapp.Run(ctx, spec, workerapp.Options{Getenv: func(string) string { return "" }})
+	if !errors.Is(err, workerapp.ErrNoDatabase) || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Errorf("without DATABASE_URL: %v", err)
 	}
 }

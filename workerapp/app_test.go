@@ -1,4 +1,4 @@
-package app_test
+package workerapp_test
 
 import (
 	"context"
@@ -14,20 +14,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
-	"github.com/sqsinbox/sqsinbox/examples/internal/exampletest"
+	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-// The tests run app.Run as an example's main does, against real servers (exampletest).
+// The tests run workerapp.Run as an example's main does, against real servers (exampletest).
 var srv exampletest.Servers
 
 func TestMain(m *testing.M) { exampletest.Main(m, "app", &srv) }
 
 // spec is an example whose handler does nothing.
-var spec = app.Spec{Name: "apptest", Handler: func(context.Context, *app.Deps) (worker.Handler, error) {
+var spec = workerapp.Spec{Name: "apptest", Handler: func(context.Context, *workerapp.Deps) (worker.Handler, error) {
 	return worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil }), nil
 }}
 
@@ -52,9 +52,9 @@ func TestRefusesWithoutDatabase(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			for _, args := range [][]string{nil, {"migrate"}} {
-				err := app.Run(t.Context(), spec, app.Options{Args: args, Getenv: env(tc.vars), Logger: exampletest.Logger(t)})
-				if !errors.Is(err, app.ErrNoDatabase) {
-					t.Fatalf("args %q: got %v, want app.ErrNoDatabase", args, err)
+				err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: args, Getenv: env(tc.vars), Logger: exampletest.Logger(t)})
+				if !errors.Is(err, workerapp.ErrNoDatabase) {
+					t.Fatalf("args %q: got %v, want workerapp.ErrNoDatabase", args, err)
 				}
 				for _, name := range []string{"DATABASE_URL", "PGHOST", "PGDATABASE", "PGSERVICE"} {
 					if !strings.Contains(err.Error(), name) {
@@ -69,7 +69,7 @@ func TestRefusesWithoutDatabase(t *testing.T) {
 // TestPGVariablesSayWhere: without DATABASE_URL, the libpq variables are enough.
 func TestPGVariablesSayWhere(t *testing.T) {
 	exampletest.SetPGEnv(t, srv.DB.URL)
-	err := app.Run(t.Context(), spec, app.Options{Args: []string{"migrate"}, Getenv: os.Getenv, Logger: exampletest.Logger(t)})
+	err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"migrate"}, Getenv: os.Getenv, Logger: exampletest.Logger(t)})
 	if err != nil {
 		t.Fatalf("migrate with PGHOST, PGPORT, PGDATABASE, PGUSER: %v", err)
 	}
@@ -107,7 +107,7 @@ func TestDatabaseRefusalIsReported(t *testing.T) {
 			// reported.
 			vars := map[string]string{"DATABASE_URL": tc.url, "QUEUE_URL": "http://127.0.0.1:1/000000000000/none"}
 			for _, args := range [][]string{nil, {"migrate"}} {
-				err := app.Run(t.Context(), spec, app.Options{Args: args, Getenv: env(vars), Logger: exampletest.Logger(t)})
+				err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: args, Getenv: env(vars), Logger: exampletest.Logger(t)})
 				if err == nil {
 					t.Fatalf("args %q: started", args)
 				}
@@ -219,7 +219,7 @@ func TestMissingAWSCredentials(t *testing.T) {
 	q := srv.Queue(t, "creds")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	err := app.Run(ctx, spec, app.Options{Getenv: srv.Getenv(q.URL), Logger: exampletest.Logger(t)})
+	err := workerapp.Run(ctx, spec, workerapp.Options{Getenv: srv.Getenv(q.URL), Logger: exampletest.Logger(t)})
 	if err == nil {
 		t.Fatal("started without AWS credentials")
 	}

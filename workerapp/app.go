@@ -1,7 +1,12 @@
-// Package app is the process plumbing the example workers share: configuration from the
-// environment, logging, the `migrate` subcommand, and a worker that runs until SIGTERM or SIGINT
-// and then stops gracefully. Each example's main is one call to [Main].
-package app
+// Package workerapp is the process plumbing of an inbox worker on ECS or EC2: configuration from
+// the environment (DATABASE_URL or the libpq PG* variables, QUEUE_URL, the standard AWS
+// variables), JSON logs, a Prometheus metrics endpoint, the `migrate` subcommand, and a worker
+// that runs until SIGTERM or SIGINT and then stops within ECS's stop timeout. A program's main is
+// one call to [Main] with a [Spec]; the examples (examples/warehouse, loyalty, payments) are
+// built this way, so an example folder copied out of the repository builds with public packages
+// only. Programs that want their own plumbing use worker, inbox and inboxhandler directly, as
+// examples/firstworker does.
+package workerapp
 
 import (
 	"cmp"
@@ -35,7 +40,7 @@ const (
 // DefaultConcurrency is the number of handlers an example runs at once.
 const DefaultConcurrency = 10
 
-// Spec describes one example.
+// Spec describes one worker program.
 type Spec struct {
 	// Name is the example's name: its handler name in the inbox and its default queue name.
 	Name string

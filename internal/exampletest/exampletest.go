@@ -20,11 +20,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/sqsinbox/sqsinbox/examples/internal/app"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
 // Servers are the servers of one test binary.
@@ -117,9 +117,9 @@ func SetPGEnv(t *testing.T, dbURL string) {
 }
 
 // Migrate runs `<example> migrate`.
-func (s Servers) Migrate(t testing.TB, spec app.Spec) {
+func (s Servers) Migrate(t testing.TB, spec workerapp.Spec) {
 	t.Helper()
-	err := app.Run(t.Context(), spec, app.Options{Args: []string{"migrate"}, Getenv: s.Getenv(""), Logger: Logger(t)})
+	err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"migrate"}, Getenv: s.Getenv(""), Logger: Logger(t)})
 	if err != nil {
 		t.Fatalf("%s migrate: %v", spec.Name, err)
 	}
@@ -135,7 +135,7 @@ type Running struct {
 
 // Start runs the example (as its main would, without a subcommand) on queueURL until Stop or the
 // end of the test. The worker long-polls for 1 s so that it stops quickly.
-func (s Servers) Start(t testing.TB, spec app.Spec, queueURL string, o app.Options) *Running {
+func (s Servers) Start(t testing.TB, spec workerapp.Spec, queueURL string, o workerapp.Options) *Running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	r := &Running{Metrics: NewMetrics(), cancel: cancel, done: make(chan error, 1)}
@@ -153,7 +153,7 @@ func (s Servers) Start(t testing.TB, spec app.Spec, queueURL string, o app.Optio
 		o.Worker.Metrics = r.Metrics
 	}
 	o.Started = func(w *worker.Worker) { started <- w }
-	go func() { r.done <- app.Run(ctx, spec, o) }()
+	go func() { r.done <- workerapp.Run(ctx, spec, o) }()
 	select {
 	case r.Worker = <-started:
 	case err := <-r.done:
@@ -168,7 +168,7 @@ func (s Servers) Start(t testing.TB, spec app.Spec, queueURL string, o app.Optio
 }
 
 // Stop stops the example as SIGTERM does and fails t if it does not stop cleanly within
-// app.StopTimeout + app.HardStopTimeout.
+// workerapp.StopTimeout + workerapp.HardStopTimeout.
 func (r *Running) Stop(t testing.TB) {
 	t.Helper()
 	if r.cancel == nil {
@@ -181,8 +181,8 @@ func (r *Running) Stop(t testing.TB) {
 		if err != nil {
 			t.Errorf("stop: %v", err)
 		}
-	case <-time.After(app.StopTimeout + app.HardStopTimeout):
-		t.Errorf("the example did not stop within %v", app.StopTimeout+app.HardStopTimeout)
+	case <-time.After(workerapp.StopTimeout + workerapp.HardStopTimeout):
+		t.Errorf("the example did not stop within %v", workerapp.StopTimeout+workerapp.HardStopTimeout)
 	}
 }
 
