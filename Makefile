@@ -10,7 +10,7 @@ GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: demo
 demo: ## The OrderPaid story end to end: GoAws and a throwaway PostgreSQL started for you, evt_9f3k twice, 1,000 more events with duplicates, a table.
