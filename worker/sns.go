@@ -109,7 +109,7 @@ func unwrapSNS(m *Message, mode SNSMode) error {
 	var env snsEnvelope
 	if err := json.Unmarshal(b, &env); err != nil {
 		if mode == SNSEnvelope {
-			return fmt.Errorf("%w: %v", ErrSNSEnvelope, err)
+			return fmt.Errorf("%w: %w", ErrSNSEnvelope, err)
 		}
 		return nil // not JSON we can read as an envelope: a raw body
 	}
@@ -135,7 +135,7 @@ func unwrapSNS(m *Message, mode SNSMode) error {
 	if env.Timestamp != "" {
 		t, err := time.Parse(time.RFC3339Nano, env.Timestamp)
 		if err != nil {
-			return fmt.Errorf("%w: Timestamp %q: %v", ErrSNSEnvelope, env.Timestamp, err)
+			return fmt.Errorf("%w: Timestamp %q: %w", ErrSNSEnvelope, env.Timestamp, err)
 		}
 		n.Timestamp = t
 	}
@@ -173,7 +173,7 @@ func snsAttributes(in map[string]snsAttributeJSON) (map[string]types.MessageAttr
 		case "Binary":
 			v, err := base64.StdEncoding.DecodeString(a.Value)
 			if err != nil {
-				return nil, fmt.Errorf("%w: Binary attribute %q is not base64: %v", ErrSNSEnvelope, name, err)
+				return nil, fmt.Errorf("%w: Binary attribute %q is not base64: %w", ErrSNSEnvelope, name, err)
 			}
 			out[name] = types.MessageAttributeValue{DataType: aws.String(a.Type), BinaryValue: v}
 		default:

@@ -140,7 +140,7 @@ func setupPasswordRole(ctx context.Context, role string) error {
 			_ = c.Close(ctx)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the server did not start asking %s for a password within 30 s: %v", role, err)
+			return fmt.Errorf("the server did not start asking %s for a password within 30 s: %w", role, err)
 		}
 		time.Sleep(50 * time.Millisecond) // a polling interval, not a synchronisation
 	}

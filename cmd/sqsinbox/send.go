@@ -244,7 +244,7 @@ func readLines(r io.Reader, limit int, fn func(line int, b []byte, n int) error)
 		if ferr := fn(line, b, n); ferr != nil {
 			return ferr
 		}
-		if err != nil {
+		if errors.Is(err, io.EOF) {
 			return nil // the last line had no newline
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 func TestCall(t *testing.T) {
 	t.Parallel()
-	if err := panics.Call(func() error { return io.EOF }); err != io.EOF {
+	if err := panics.Call(func() error { return io.EOF }); !errors.Is(err, io.EOF) {
 		t.Errorf("Call = %v, want the function's own error", err)
 	}
 	err := panics.Call(func() error { panic(io.ErrUnexpectedEOF) })
