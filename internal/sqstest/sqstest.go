@@ -128,8 +128,10 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqstest: AWS_ENDPOINT_URL_SQS is not set, and %w", err)
 	}
-	s.env = saveEnv("AWS_ENDPOINT_URL_SQS", EnvServer, envChildGoAws)
+	s.env = saveEnv("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SNS", EnvServer, envChildGoAws)
 	_ = os.Setenv("AWS_ENDPOINT_URL_SQS", s.Endpoint)
+	// Both servers answer SNS on the same endpoint (sns.go).
+	_ = os.Setenv("AWS_ENDPOINT_URL_SNS", s.Endpoint)
 	s.setKind(s.Kind) // so child processes know which quirks apply
 	if err := s.init(ctx); err != nil {
 		s.Close()
