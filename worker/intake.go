@@ -20,6 +20,7 @@ func (w *Worker) poll() {
 	ctx := w.stopCtx
 	fails := 0
 	for {
+		w.progress.Store(time.Now().UnixNano())
 		if err := w.pause.wait(ctx); err != nil {
 			return
 		}
@@ -50,13 +51,15 @@ func (w *Worker) poll() {
 			fails++
 			w.metrics.Add(ReceiveErrors, 1)
 			d := jitter(expo(pollBackoffMin, pollBackoffMax, fails))
-			w.log.Warn("worker: receive failed; backing off", "error", err, "code", errorCode(err), "backoff", d)
+			w.log.Log(context.Background(), w.receiveFailed.level(), "worker: receive failed; backing off (more within a minute are logged at debug level)",
+				"error", err, "code", errorCode(err), "backoff", d)
 			if sleep(ctx, d) != nil {
 				return
 			}
 			continue
 		}
 		fails = 0
+		w.lastReceive.Store(time.Now().UnixNano())
 		msgs := out.Messages
 		if len(msgs) < n {
 			w.slots.Release(int64(n - len(msgs)))
@@ -151,6 +154,13 @@ func (g *group) next() *Message {
 	m := g.rest[0]
 	g.rest = g.rest[1:]
 	return m
+}
+
+// len returns the number of messages waiting in the group.
+func (g *group) len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.rest)
 }
 
 // take empties the group and returns what it held.

@@ -30,6 +30,9 @@ const (
 	Deleted Counter = "deleted"
 	// DeleteFailures counts deletes that failed for good (the message will be delivered again).
 	DeleteFailures Counter = "delete_failures"
+	// LeasesLost counts messages whose lease was lost (their receipt handle gone, or SQS's
+	// 12-hour cap reached) while they ran or waited for their turn.
+	LeasesLost Counter = "leases_lost"
 	// Heartbeats counts visibility extensions of running handlers.
 	Heartbeats Counter = "heartbeats"
 	// ReceiveErrors counts failed ReceiveMessage calls.
@@ -38,7 +41,7 @@ const (
 
 // Counters lists every [Counter], for adapters that register them up front.
 var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Blocked, Discarded, Released,
-	Deleted, DeleteFailures, Heartbeats, ReceiveErrors}
+	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors}
 
 // Histogram names one of the worker's histograms of durations.
 type Histogram string

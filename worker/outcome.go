@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/panics"
@@ -20,7 +21,9 @@ func (w *Worker) process(m *Message) bool {
 		// again. Running it now could overlap that delivery.
 		m.lease.stop()
 		cancel(nil)
-		w.log.Warn("worker: lease lost while the message waited for its turn; not running it", "message_id", m.ID, "cause", err)
+		w.metrics.Add(LeasesLost, 1)
+		w.log.Log(context.Background(), w.leaseLost.level(), "worker: lease lost while the message waited for its turn; not running it",
+			"message_id", m.ID, "cause", err)
 		return false
 	}
 	if m.refused != nil {
@@ -52,6 +55,7 @@ func (w *Worker) call(ctx context.Context, m *Message) error {
 }
 
 func (w *Worker) settle(m *Message, err error, cause error) bool {
+	w.progress.Store(time.Now().UnixNano())
 	var (
 		discard *DiscardError
 		retry   *RetryError
@@ -60,17 +64,19 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 	)
 	switch {
 	case err == nil:
-		w.pause.ok()
+		w.pause.ok(w.log)
+		w.lastCommit.Store(time.Now().UnixNano())
 		w.metrics.Add(Processed, 1)
 		w.del.add(m)
 		return true
 	case errors.Is(err, ErrDuplicate):
-		w.pause.ok()
+		w.pause.ok(w.log)
+		w.lastCommit.Store(time.Now().UnixNano())
 		w.metrics.Add(Duplicates, 1)
 		w.del.add(m)
 		return true
 	case errors.As(err, &discard):
-		w.pause.ok()
+		w.pause.ok(w.log)
 		w.metrics.Add(Discarded, 1)
 		w.log.Warn("worker: message discarded by its handler", "message_id", m.ID, "reason", discard.Reason)
 		w.del.add(m)
@@ -81,7 +87,7 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 	case errors.As(err, &blocked):
 		// Not a failure of the handler: another consumer holds the event's claim. Wait for it
 		// to commit (the redelivery is then a duplicate) or to be ended.
-		w.pause.ok()
+		w.pause.ok(w.log)
 		w.metrics.Add(Blocked, 1)
 		w.log.Info("worker: event held by another consumer; retrying later", "message_id", m.ID,
 			"receive_count", m.ReceiveCount, "retry_in", blocked.After.Round(time.Second), "reason", blocked.Err)
@@ -95,18 +101,24 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 	if errors.As(err, &unavail) {
 		// Keep the message away at least as long as the pause, so that the next probe is
 		// another message and no single one runs up its receive count.
-		d = max(d, w.pause.fail(w.log))
+		d = max(d, w.pause.fail(w.log, err))
 	}
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
 		// The receipt handle is no longer ours: leave the message to its next delivery.
-		w.log.Warn("worker: handler stopped: lease lost", "message_id", m.ID, "cause", cause, "error", err)
+		w.metrics.Add(LeasesLost, 1)
+		w.log.Log(context.Background(), w.leaseLost.level(), "worker: handler stopped: lease lost (later ones within a minute are logged at debug level)",
+			"message_id", m.ID, "cause", cause, "error", err)
 		return false
 	case errors.Is(cause, ErrStopping):
 		d = 0
 	}
 	if retry == nil && blocked == nil {
-		w.log.Warn("worker: message failed; it will be delivered again", "message_id", m.ID,
+		level := slog.LevelWarn
+		if unavail != nil {
+			level = slog.LevelDebug // the pause's own line says it once
+		}
+		w.log.Log(context.Background(), level, "worker: message failed; it will be delivered again", "message_id", m.ID,
 			"receive_count", m.ReceiveCount, "retry_in", d.Round(time.Second), "error", err)
 	}
 	w.metrics.Add(Retried, 1)

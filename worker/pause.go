@@ -23,15 +23,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// pauser pauses all pollers while a dependency is unavailable.
+// pauser pauses all pollers while a dependency is unavailable. A pause is logged once when it
+// begins (Warn) and once when the first success ends it (Info), however many probes fail between.
 type pauser struct {
 	fails atomic.Int64
 	mu    sync.Mutex
 	until time.Time
+	since time.Time // when the current outage began, or zero
+	why   string    // the error that began it
 }
 
 // fail starts a pause, unless one is on, and returns how long the pause lasts from now.
-func (p *pauser) fail(log *slog.Logger) time.Duration {
+func (p *pauser) fail(log *slog.Logger, err error) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -41,21 +44,41 @@ func (p *pauser) fail(log *slog.Logger) time.Duration {
 	n := p.fails.Add(1)
 	d := jitter(expo(pauseBackoffMin, pauseBackoffMax, int(n)))
 	p.until = now.Add(d)
-	log.Warn("worker: a dependency is unavailable; pausing receives", "pause", d, "consecutive", n)
+	if p.since.IsZero() {
+		p.since, p.why = now, err.Error()
+		log.Warn("worker: a dependency is unavailable; pausing receives, then probing one message at a time", "pause", d, "error", err)
+	} else {
+		log.Debug("worker: the dependency is still unavailable; pausing again", "pause", d, "consecutive", n, "error", err)
+	}
 	return d
 }
 
 // active reports whether the last results said the dependency is unavailable.
 func (p *pauser) active() bool { return p.fails.Load() > 0 }
 
-func (p *pauser) ok() {
+func (p *pauser) ok(log *slog.Logger) {
 	if p.fails.Load() == 0 {
 		return
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fails.Load() == 0 {
+		return
+	}
+	log.Info("worker: the dependency is back; receives resumed", "outage", time.Since(p.since).Round(time.Millisecond),
+		"failed_probes", p.fails.Load())
 	p.fails.Store(0)
-	p.until = time.Time{}
-	p.mu.Unlock()
+	p.until, p.since, p.why = time.Time{}, time.Time{}, ""
+}
+
+// state reports whether a pause is on, why, and since when.
+func (p *pauser) state() (paused bool, why string, since time.Time) {
+	if p.fails.Load() == 0 {
+		return false, "", time.Time{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.since.IsZero(), p.why, p.since
 }
 
 func (p *pauser) wait(ctx context.Context) error {
@@ -69,4 +92,24 @@ func (p *pauser) wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return sleep(ctx, d)
+}
+
+// episodeLog logs the first of a run of like events at Warn and the rest at Debug, until quiet
+// has passed without one: a lease lost in an SQS outage is then one warning, not one per message.
+type episodeLog struct {
+	mu    sync.Mutex
+	last  time.Time
+	quiet time.Duration
+}
+
+func (e *episodeLog) level() slog.Level {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	first := e.last.IsZero() || now.Sub(e.last) > e.quiet
+	e.last = now
+	if first {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,4 +148,80 @@ func TestStartAndStopLogOneLineEach(t *testing.T) {
 			t.Errorf("%d lines with %q, want 1:\n%s", n, want, log.String())
 		}
 	}
+}
+
+// TestPauseAndLeaseLossLoggedOncePerEpisodeFake (fake): a dependency outage over many messages
+// logs one warning when the pause begins and one line when it ends; leases lost together log
+// one warning, and the counter counts each.
+func TestPauseAndLeaseLossLoggedOncePerEpisodeFake(t *testing.T) {
+	t.Parallel()
+	t.Run("pause", func(t *testing.T) {
+		t.Parallel()
+		b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: 30 * time.Second})
+		b.send(t, bodies(10, "m"))
+		var log sqstest.Buffer
+		var calls atomic.Int32
+		// One at a time, so that no success from before the outage ends the pause early.
+		w, err := worker.New(b.f, &worker.Config{QueueURL: b.url, Backoff: noBackoff, Concurrency: 1,
+			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error {
+				if calls.Add(1) <= 6 {
+					return worker.Unavailable(errors.New("database down"))
+				}
+				return nil
+			})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		b.waitDeleted(t, 60*time.Second)
+		if err := w.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := countLines(&log, "level=WARN", "pausing receives"); n != 1 {
+			t.Errorf("%d pause warnings over 6 failures, want 1:\n%s", n, log.String())
+		}
+		if n := countLines(&log, "level=INFO", "receives resumed"); n != 1 {
+			t.Errorf("%d resume lines, want 1:\n%s", n, log.String())
+		}
+		if n := countLines(&log, "level=WARN", "message failed"); n != 0 {
+			t.Errorf("%d per-message warnings during the pause, want 0", n)
+		}
+	})
+	t.Run("lease", func(t *testing.T) {
+		t.Parallel()
+		b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
+		b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {
+			if c, ok := in.(*sqs.ChangeMessageVisibilityInput); ok && c.VisibilityTimeout > 0 {
+				return sqsfake.Error("ReceiptHandleIsInvalid", "gone")
+			}
+			return nil
+		}})
+		b.send(t, bodies(3, "m"))
+		var log sqstest.Buffer
+		met := newTestMetrics()
+		w, err := worker.New(b.f, &worker.Config{QueueURL: b.url, Metrics: met,
+			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+				<-ctx.Done()
+				return ctx.Err()
+			})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		sqstest.WaitFor(t, 30*time.Second, "three leases lost", func() (bool, string) {
+			return met.get(worker.LeasesLost) >= 3, ""
+		})
+		if err := w.StopAndCancel(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := countLines(&log, "level=WARN", "lease lost"); n != 1 {
+			t.Errorf("%d lease-lost warnings for %d leases lost together, want 1:\n%s", n, met.get(worker.LeasesLost), log.String())
+		}
+	})
 }

@@ -55,6 +55,13 @@ type Worker struct {
 
 	now func() time.Time // the clock of the 12-hour cap; tests move it
 
+	leaseLost     episodeLog   // lease-lost lines: one warning per episode
+	receiveFailed episodeLog   // likewise for failed receives
+	lastReceive   atomic.Int64 // unix nanoseconds of the last ReceiveMessage that succeeded
+	lastCommit    atomic.Int64 // of the last message processed or found a duplicate
+	progress      atomic.Int64 // of the last sign of life: a poll loop, a heartbeat, a settled message
+	startedAt     time.Time
+
 	stopCtx    context.Context // ends at the start of a stop: no new receives
 	stopCancel context.CancelCauseFunc
 	recvCtx    context.Context // ends at a hard stop: receives in flight are abandoned
@@ -92,13 +99,15 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 			"a long poll would time out; raise the HTTP timeout or lower Config.WaitTime", c.WaitTime, t)
 	}
 	return &Worker{
-		client:  client,
-		cfg:     c,
-		log:     c.Logger,
-		metrics: c.Metrics,
-		now:     time.Now,
-		done:    make(chan struct{}),
-		slots:   semaphore.NewWeighted(int64(c.Concurrency)),
+		client:        client,
+		cfg:           c,
+		log:           c.Logger,
+		metrics:       c.Metrics,
+		now:           time.Now,
+		done:          make(chan struct{}),
+		leaseLost:     episodeLog{quiet: time.Minute},
+		receiveFailed: episodeLog{quiet: time.Minute},
+		slots:         semaphore.NewWeighted(int64(c.Concurrency)),
 	}, nil
 }
 
@@ -151,14 +160,18 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		return err
 	}
-	w.mu.Lock()
-	w.queue, w.vis, w.log = q, vis, log
-	w.mu.Unlock()
+	// Everything the pollers, Stop and State read is set before the queue is published under
+	// the lock, which is what they check first.
+	w.startedAt = time.Now()
+	w.vis, w.log = vis, log
 	w.stopCtx, w.stopCancel = context.WithCancelCause(base)
 	w.recvCtx, w.recvCancel = context.WithCancelCause(base)
 	w.workCtx, w.workCancel = context.WithCancelCause(base)
 	w.sw = &sqsWriter{client: w.client, url: q.URL, fifo: q.FIFO, metrics: w.metrics, log: log, base: base}
 	w.del = newDeleter(w.sw, w.cfg.DeleteInterval, w.cfg.Concurrency+MaxBatchSize)
+	w.mu.Lock()
+	w.queue = q
+	w.mu.Unlock()
 	for range w.cfg.Pollers {
 		w.pollers.Add(1)
 		go w.poll()

@@ -25,6 +25,7 @@ type sqsWriter struct {
 	base context.Context
 
 	noBatchVisibility atomic.Bool  // ChangeMessageVisibilityBatch is not supported (GoAws)
+	extended          atomic.Int64 // unix nanoseconds of the last successful extension (a sign of life)
 	released          atomic.Int64 // messages released, for the stop's log line
 	deleted           atomic.Int64 // messages deleted, likewise
 }
@@ -45,6 +46,9 @@ func (s *sqsWriter) extend(ctx context.Context, m *Message, secs int32) error {
 		ReceiptHandle:     &m.ReceiptHandle,
 		VisibilityTimeout: secs,
 	}, PlainRequestBodies)
+	if err == nil && secs > 0 {
+		s.extended.Store(time.Now().UnixNano())
+	}
 	return err
 }
 

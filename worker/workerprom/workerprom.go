@@ -29,6 +29,7 @@ var help = map[worker.Counter]string{
 	worker.Duplicates:     "Messages whose event was processed before (deleted without running).",
 	worker.Failed:         "Handler errors, panics and timeouts.",
 	worker.Retried:        "Messages handed back for a later delivery.",
+	worker.LeasesLost:     "Messages whose lease was lost while they ran or waited.",
 	worker.Blocked:        "Messages handed back because another consumer held their event's claim.",
 	worker.Discarded:      "Messages deleted without effect because the handler said so.",
 	worker.Released:       "Messages made visible again without being run.",

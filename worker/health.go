@@ -1,0 +1,155 @@
+package worker
+
+import (
+	"cmp"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// State is what a worker reports about itself, for health checks and operators.
+type State struct {
+	// Phase is "new" (Start has not succeeded), "running", "stopping" or "stopped".
+	Phase string `json:"phase"`
+	// Queue is the queue's name, once started.
+	Queue string `json:"queue,omitempty"`
+	// Paused is true while the pollers are paused because a dependency every message needs is
+	// unavailable (a handler returned [Unavailable]; for the inbox, its database).
+	Paused bool `json:"paused"`
+	// PauseReason is the error that began the pause.
+	PauseReason string `json:"pause_reason,omitempty"`
+	// PausedSince is when the pause began.
+	PausedSince time.Time `json:"paused_since,omitzero"`
+	// LastReceive is when a ReceiveMessage call last succeeded (with messages or without).
+	LastReceive time.Time `json:"last_receive,omitzero"`
+	// LastCommit is when a message was last processed (or found already done).
+	LastCommit time.Time `json:"last_commit,omitzero"`
+	// LastProgress is the last sign of life: a poll loop turned, a lease was extended, or a
+	// message was settled.
+	LastProgress time.Time `json:"last_progress,omitzero"`
+	// InFlight is the number of handlers running.
+	InFlight int `json:"in_flight"`
+	// Held is the number of received messages waiting for their turn (behind their FIFO group's
+	// running head).
+	Held int `json:"held"`
+}
+
+// State returns the worker's state now.
+func (w *Worker) State() State {
+	w.mu.Lock()
+	q, started, stopped := w.queue, w.started, w.stopped
+	w.mu.Unlock()
+	st := State{Phase: "new", InFlight: w.InFlight()}
+	switch {
+	case q == nil || !started:
+		return st
+	case stopped:
+		st.Phase = "stopping"
+		select {
+		case <-w.done:
+			st.Phase = "stopped"
+		default:
+		}
+	default:
+		st.Phase = "running"
+	}
+	st.Queue = q.Name
+	st.Paused, st.PauseReason, st.PausedSince = w.pause.state()
+	st.LastReceive = unixTime(w.lastReceive.Load())
+	st.LastCommit = unixTime(w.lastCommit.Load())
+	st.LastProgress = unixTime(max(w.progress.Load(), w.sw.extended.Load(), w.startedAt.UnixNano()))
+	w.pendingMu.Lock()
+	for g := range w.pending {
+		st.Held += g.len()
+	}
+	w.pendingMu.Unlock()
+	return st
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// Defaults for HealthConfig.
+const (
+	// DefaultLivenessTimeout is how long a running worker may show no sign of life before its
+	// liveness check fails.
+	DefaultLivenessTimeout = 2 * time.Minute
+	// DefaultMaxPause is how long the pollers may stay paused before the readiness check fails.
+	DefaultMaxPause = 30 * time.Second
+)
+
+// HealthConfig configures [HealthHandler].
+type HealthConfig struct {
+	// LivenessTimeout is how long the worker may show no sign of life (a poll loop turning, a
+	// lease extended, a message settled) before /livez fails. Idle long polls turn the loop every
+	// Config.WaitTime, and a long handler's heartbeat every third of the visibility timeout, so a
+	// healthy worker is never silent for long. 0 means DefaultLivenessTimeout (2 min).
+	LivenessTimeout time.Duration
+	// MaxPause is how long the pollers may stay paused (a dependency is unavailable) before
+	// /readyz fails. 0 means DefaultMaxPause (30 s).
+	MaxPause time.Duration
+}
+
+// HealthHandler serves two checks of w as JSON [State]s:
+//
+//   - /livez (liveness): 200 while the worker is starting, running or stopping and shows signs of
+//     life within HealthConfig.LivenessTimeout; 503 when it is wedged. A database outage does
+//     not fail it: the worker is alive and waiting. Point ECS's container health check here, so
+//     that ECS replaces a wedged task and leaves the others alone in an outage.
+//   - /readyz (readiness): 200 while running and not paused for longer than
+//     HealthConfig.MaxPause; 503 otherwise (stopping, or a dependency down). For dashboards and
+//     load balancers, not for ECS's health check: in a database outage every task is not ready,
+//     and ECS would kill them all.
+//
+// Any other path gets 404. The handler only reads the worker's state.
+func HealthHandler(w *Worker, cfg *HealthConfig) http.Handler {
+	var c HealthConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	c.LivenessTimeout = cmp.Or(c.LivenessTimeout, DefaultLivenessTimeout)
+	c.MaxPause = cmp.Or(c.MaxPause, DefaultMaxPause)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		st := w.State()
+		var ok bool
+		switch r.URL.Path {
+		case "/livez":
+			ok = Live(st, c.LivenessTimeout, time.Now())
+		case "/readyz":
+			ok = Ready(st, c.MaxPause, time.Now())
+		default:
+			http.NotFound(rw, r)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		rw.Header().Set("Cache-Control", "no-store")
+		if !ok {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(rw).Encode(st)
+	})
+}
+
+// Live reports whether st is alive at now: not stopped, and (once running) with a sign of life
+// within timeout.
+func Live(st State, timeout time.Duration, now time.Time) bool {
+	switch st.Phase {
+	case "new":
+		return true // starting: Start is bounded by Config.StartTimeout
+	case "stopped":
+		return false
+	}
+	return now.Sub(st.LastProgress) <= timeout
+}
+
+// Ready reports whether st is ready at now: running, and not paused for longer than maxPause.
+func Ready(st State, maxPause time.Duration, now time.Time) bool {
+	if st.Phase != "running" {
+		return false
+	}
+	return !st.Paused || now.Sub(st.PausedSince) <= maxPause
+}
