@@ -132,10 +132,12 @@ var (
 )
 
 func usage(name string) string {
-	return fmt.Sprintf(`usage: %[1]s [migrate]
+	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck]
 
-  %[1]s migrate   apply the inbox's migrations and the example's own, then exit
-  %[1]s           run the worker until SIGTERM or SIGINT, then stop gracefully
+  %[1]s migrate       apply the inbox's migrations and the example's own, then exit
+  %[1]s healthcheck   ask the running worker's /livez (HEALTH_ADDR, else METRICS_ADDR);
+                  exit 0 if it is alive: ECS's container health check, without curl
+  %[1]s               run the worker until SIGTERM or SIGINT, then stop gracefully
 
 environment:
   DATABASE_URL    PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
@@ -143,7 +145,10 @@ environment:
   QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named %[1]q
   QUEUE_NAME      the queue's name, looked up at start
   LOG_LEVEL       debug, info (default), warn or error
-  METRICS_ADDR    serve Prometheus metrics at http://METRICS_ADDR/metrics (default: none)
+  METRICS_ADDR    serve Prometheus metrics at http://METRICS_ADDR/metrics, with /livez and
+                  /readyz beside them (default: none)
+  HEALTH_ADDR     serve /livez (alive, even in a database outage: for ECS's health check) and
+                  /readyz (running and not paused) at HEALTH_ADDR (default: none)
   AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_PROFILE, ...: the standard AWS configuration
 `, name)
 }
@@ -161,6 +166,8 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 	case len(o.Args) == 0:
 	case len(o.Args) == 1 && o.Args[0] == "migrate":
 		migrateOnly = true
+	case len(o.Args) == 1 && o.Args[0] == "healthcheck":
+		return healthcheck(ctx, getenv)
 	case len(o.Args) == 1 && (o.Args[0] == "-h" || o.Args[0] == "--help" || o.Args[0] == "help"):
 		return errHelp
 	default:
@@ -204,17 +211,26 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 	wc.ShutdownTimeout = cmp.Or(wc.ShutdownTimeout, StopTimeout)
 	wc.QueueURL = cmp.Or(wc.QueueURL, getenv("QUEUE_URL"))
 	wc.QueueName = cmp.Or(wc.QueueName, getenv("QUEUE_NAME"), spec.Name)
+	health := &healthSwitch{}
 	if addr := getenv("METRICS_ADDR"); addr != "" {
-		stopMetrics, err := serveMetrics(addr, queueLabel(wc), &wc, log)
+		stopMetrics, err := serveMetrics(addr, queueLabel(wc), &wc, health, log)
 		if err != nil {
 			return err
 		}
 		defer stopMetrics()
 	}
+	if addr := getenv("HEALTH_ADDR"); addr != "" {
+		stopHealth, err := serveHealth(addr, health, log)
+		if err != nil {
+			return err
+		}
+		defer stopHealth()
+	}
 	w, err := worker.New(sqs.NewFromConfig(awsCfg), &wc)
 	if err != nil {
 		return err
 	}
+	health.set(w)
 	if err := w.Start(ctx); err != nil {
 		return err
 	}

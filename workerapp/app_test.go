@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -230,5 +231,41 @@ func TestMissingAWSCredentials(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not say %q:\n%v", want, err)
 		}
+	}
+}
+
+// TestHealthcheckSubcommand (GoAws or fauxqs, and PostgreSQL): a running worker serves /livez and
+// /readyz at HEALTH_ADDR, and `healthcheck` (ECS's container health check, no curl needed) exits
+// 0 while it runs and fails once it has stopped.
+func TestHealthcheckSubcommand(t *testing.T) {
+	t.Parallel()
+	srv.Migrate(t, spec)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	q := srv.Queue(t, "health").URL
+	getenv := srv.Getenv(q, "HEALTH_ADDR="+addr)
+	r := srv.Start(t, spec, q, workerapp.Options{Getenv: getenv})
+	if err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"healthcheck"}, Getenv: getenv}); err != nil {
+		t.Fatalf("healthcheck of a running worker: %v", err)
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz of a running worker: %s", resp.Status)
+	}
+	r.Stop(t)
+	if err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"healthcheck"}, Getenv: getenv}); err == nil {
+		t.Error("healthcheck of a stopped worker succeeded")
+	}
+	err = workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"healthcheck"}, Getenv: env(nil)})
+	if err == nil || !strings.Contains(err.Error(), "HEALTH_ADDR") {
+		t.Errorf("healthcheck without an address = %v, want an error naming HEALTH_ADDR", err)
 	}
 }

@@ -1,13 +1,16 @@
 package workerapp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,9 +21,9 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker/workerprom"
 )
 
-// serveMetrics reports the worker of wc to Prometheus, served at http://addr/metrics, and returns
-// the function that stops the server.
-func serveMetrics(addr, queue string, wc *worker.Config, log *slog.Logger) (stop func(), err error) {
+// serveMetrics reports the worker of wc to Prometheus, served at http://addr/metrics beside the
+// health checks (/livez, /readyz) of health, and returns the function that stops the server.
+func serveMetrics(addr, queue string, wc *worker.Config, health http.Handler, log *slog.Logger) (stop func(), err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := workerprom.New(reg, queue)
@@ -32,21 +35,37 @@ func serveMetrics(addr, queue string, wc *worker.Config, log *slog.Logger) (stop
 	} else {
 		wc.Metrics = m
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("METRICS_ADDR: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	mux.Handle("GET /livez", health)
+	mux.Handle("GET /readyz", health)
+	return serve("METRICS_ADDR", addr, mux, log)
+}
+
+// serveHealth serves the health checks alone at addr.
+func serveHealth(addr string, health http.Handler, log *slog.Logger) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /livez", health)
+	mux.Handle("GET /readyz", health)
+	return serve("HEALTH_ADDR", addr, mux, log)
+}
+
+// serve serves h at addr (named by the variable env in errors) until the returned stop is
+// called.
+func serve(env, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", env, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "error", err)
+			log.Error("HTTP server failed", "env", env, "error", err)
 		}
 	}()
-	log.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	log.Info("serving", "env", env, "url", "http://"+l.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -55,6 +74,57 @@ func serveMetrics(addr, queue string, wc *worker.Config, log *slog.Logger) (stop
 		}
 		<-done
 	}, nil
+}
+
+// healthSwitch serves the worker's health checks once the worker exists, and a starting
+// worker's (alive, not ready) before.
+type healthSwitch struct {
+	h atomic.Pointer[http.Handler]
+}
+
+func (s *healthSwitch) set(w *worker.Worker) {
+	h := worker.HealthHandler(w, nil)
+	s.h.Store(&h)
+}
+
+func (s *healthSwitch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if h := s.h.Load(); h != nil {
+		(*h).ServeHTTP(rw, r)
+		return
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	if r.URL.Path != "/livez" {
+		rw.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = rw.Write([]byte(`{"phase":"new"}` + "\n"))
+}
+
+// healthcheck asks the running worker's /livez, for ECS's container health check (an image
+// need not have curl): nil when it answers 200.
+func healthcheck(ctx context.Context, getenv func(string) string) error {
+	addr := cmp.Or(getenv("HEALTH_ADDR"), getenv("METRICS_ADDR"))
+	if addr == "" {
+		return errors.New("healthcheck: set HEALTH_ADDR (or METRICS_ADDR) to where the worker serves /livez")
+	}
+	if strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1" + addr
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/livez", nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s/livez answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // queueLabel is the queue's name for the metrics' label, known before the worker starts.

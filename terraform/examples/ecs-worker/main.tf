@@ -89,7 +89,19 @@ resource "aws_ecs_task_definition" "worker" {
     environment = [
       { name = "QUEUE_URL", value = module.queue.queue_url },
       { name = "AWS_REGION", value = var.region },
+      { name = "HEALTH_ADDR", value = "127.0.0.1:8081" },
     ]
+
+    # Liveness, not readiness: /livez fails only when the worker is wedged. In a database outage
+    # every task pauses and is not ready, and a readiness check here would have ECS kill them all.
+    # The worker binary asks its own /livez (`<binary> healthcheck`), so the image needs no curl.
+    healthCheck = {
+      command     = ["CMD", var.worker_command, "healthcheck"]
+      interval    = 30
+      timeout     = 5
+      retries     = 3
+      startPeriod = 60
+    }
     # The worker's own settings that must agree with this file (set them in code or flags):
     #   - worker.Config.ShutdownTimeout below stopTimeout (the default, 25 s, is);
     #   - inbox.Config.Retention at least module.queue.redelivery_horizon_seconds (the default,

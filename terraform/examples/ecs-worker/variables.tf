@@ -63,3 +63,9 @@ variable "alarm_actions" {
   type        = list(string)
   default     = []
 }
+
+variable "worker_command" {
+  description = "The worker binary's path in the image; the container health check runs `<worker_command> healthcheck` (the examples built on workerapp have that subcommand), which asks the worker's /livez at HEALTH_ADDR. Default: /worker."
+  type        = string
+  default     = "/worker"
+}

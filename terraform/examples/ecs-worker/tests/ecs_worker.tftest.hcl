@@ -69,6 +69,19 @@ run "task_definition_takes_the_module_outputs" {
   }
 
   assert {
+    condition     = jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].healthCheck.command == ["CMD", "/worker", "healthcheck"]
+    error_message = "The container health check must run the worker's own healthcheck subcommand (liveness), not curl and not readiness."
+  }
+
+  assert {
+    condition = contains(
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].environment,
+      { name = "HEALTH_ADDR", value = "127.0.0.1:8081" },
+    )
+    error_message = "HEALTH_ADDR must be set so that the worker serves /livez for the health check."
+  }
+
+  assert {
     condition     = aws_iam_policy.consume.policy == module.queue.consumer_policy_json
     error_message = "The task role's policy must be the module's consumer policy."
   }
