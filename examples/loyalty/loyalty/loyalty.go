@@ -7,7 +7,6 @@ package loyalty
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -44,16 +43,19 @@ const sqlAddPoints = `INSERT INTO loyalty.loyalty_accounts (customer_id, points)
 ON CONFLICT (customer_id) DO UPDATE SET points = loyalty_accounts.points + EXCLUDED.points, updated_at = now()`
 
 // Handle adds PointsPerOrder to the customer's account, in the inbox's transaction tx.
-func Handle(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
-	var e orderPaid
-	if err := json.Unmarshal(m.Body, &e); err != nil {
-		return fmt.Errorf("OrderPaid: %w", err)
-	}
-	if e.CustomerID == "" {
-		return errors.New("OrderPaid: customer_id is missing")
-	}
+var Handle = inboxhandler.JSON(handle)
+
+func handle(ctx context.Context, tx pgx.Tx, _ *worker.Message, e orderPaid) error {
 	if _, err := tx.Exec(ctx, sqlAddPoints, e.CustomerID, PointsPerOrder); err != nil {
 		return fmt.Errorf("loyalty: customer %s: %w", e.CustomerID, err)
+	}
+	return nil
+}
+
+// Validate checks that the event names a customer.
+func (e *orderPaid) Validate() error {
+	if e.CustomerID == "" {
+		return errors.New("customer_id is missing")
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ package warehouse
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -36,16 +35,13 @@ type OrderPaid struct {
 	Currency   string `json:"currency,omitempty"`
 }
 
-// ParseOrderPaid decodes and checks an OrderPaid body.
-func ParseOrderPaid(body []byte) (OrderPaid, error) {
-	var e OrderPaid
-	if err := json.Unmarshal(body, &e); err != nil {
-		return e, fmt.Errorf("OrderPaid: %w", err)
-	}
+// Validate checks a decoded OrderPaid: inboxhandler.JSON calls it, and a failure sends the
+// message the retry-then-DLQ way.
+func (e *OrderPaid) Validate() error {
 	if e.OrderID == "" {
-		return e, errors.New("OrderPaid: order_id is missing")
+		return errors.New("order_id is missing")
 	}
-	return e, nil
+	return nil
 }
 
 // New returns the worker handler: [Handle] through ib, with the event key taken from the
@@ -62,12 +58,10 @@ ON CONFLICT (id) DO UPDATE SET status = 'PICKING', updated_at = now()`
 
 // Handle sets the order to PICKING and creates one pick task, in the inbox's transaction tx.
 // Setting the status is idempotent by shape; the pick task is not, which is why it needs the
-// inbox.
-func Handle(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
-	e, err := ParseOrderPaid(m.Body)
-	if err != nil {
-		return err // retried, then the dead-letter queue: nothing is dropped silently
-	}
+// inbox. A body that is no valid OrderPaid never gets here: it is retried, then dead-lettered.
+var Handle = inboxhandler.JSON(handle)
+
+func handle(ctx context.Context, tx pgx.Tx, _ *worker.Message, e OrderPaid) error {
 	key, _, _ := inbox.EventKey(ctx)
 	// Both statements go in one round trip.
 	b := &pgx.Batch{}
