@@ -6,12 +6,13 @@
 //	                                  expired idempotency keys, once
 //	sqsinbox stats                    rows per handler; a queue's depth and its DLQ's, and the
 //	                                  age of their oldest messages (from CloudWatch)
-//	sqsinbox send                     send JSON lines to a queue, with an event_id attribute
+//	sqsinbox send                     send JSON lines to a queue, or publish them to an SNS
+//	                                  topic, with an event_id attribute
 //	sqsinbox redrive                  move messages from a DLQ back to their source queue
 //
 // Configuration comes from flags, with environment fallbacks: DATABASE_URL for PostgreSQL, and
-// the standard AWS chain (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS,
-// AWS_ENDPOINT_URL_CLOUDWATCH, ...) for SQS and CloudWatch.
+// the standard AWS chain (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_SNS,
+// AWS_ENDPOINT_URL_CLOUDWATCH, ...) for SQS, SNS and CloudWatch.
 package main
 
 import (
@@ -52,7 +53,7 @@ var commands = []command{
 	{"migrate", "apply, revert or list the inbox's schema migrations", runMigrate},
 	{"purge", "delete inbox rows past the queues' redelivery horizon, and expired HTTP idempotency keys, once", runPurge},
 	{"stats", "show inbox rows per handler, and a queue's depth, its DLQ's and their oldest ages", runStats},
-	{"send", "send JSON lines from a file or stdin to a queue", runSend},
+	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
 }
 

@@ -24,21 +24,26 @@ import (
 const defaultMaxBytes = 256 * 1024
 
 func runSend(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "send", "send --queue QUEUE [flags] [FILE]",
+	fs := newFlags(e, "send", "send --queue QUEUE|--topic-arn ARN [flags] [FILE]",
 		"  echo '{\"id\":\"evt_9f3k\",\"order_id\":\"o-1\"}' | sqsinbox send --queue warehouse\n"+
 			"  sqsinbox send --queue warehouse --repeat 3 --rate 100 events.jsonl   # each event 3 times, 100 msgs/s\n"+
-			"  sqsinbox send --queue orders.fifo --group-id field:order_id --dedup-id key events.jsonl\n\n"+
+			"  sqsinbox send --queue orders.fifo --group-id field:order_id --dedup-id key events.jsonl\n"+
+			"  sqsinbox send --topic-arn arn:aws:sns:us-east-1:123456789012:orders events.jsonl   # SNS fan-out\n\n"+
 			"Each line is one JSON object; its --key-field becomes the event_id message attribute,\n"+
 			"which the worker uses as the event key. --repeat sends duplicates on purpose.\n\n"+
-			"A FIFO queue (its name ends in .fifo) needs --group-id; --dedup-id is for FIFO queues\n"+
-			"without content-based deduplication. Each takes a literal id, `key` (the line's event\n"+
+			"--topic-arn publishes to an SNS topic instead (PublishBatch, or Publish where the server\n"+
+			"has no PublishBatch), with the same event_id attribute: every queue subscribed to the\n"+
+			"topic gets each line, raw or in an SNS envelope, and the worker reads the key either way.\n\n"+
+			"A FIFO queue or topic (its name ends in .fifo) needs --group-id; --dedup-id is for FIFO\n"+
+			"ones without content-based deduplication. Each takes a literal id, `key` (the line's event\n"+
 			"key) or `field:NAME` (the line's top-level field NAME). SQS allows 1 to 128 characters of\n"+
 			"letters, digits and punctuation. With --dedup-id key, SQS drops a --repeat copy sent\n"+
 			"within 5 minutes of the first.\n\n"+
 			"A message (the line plus its event_id attribute) may be at most --max-bytes: 256 KiB by\n"+
-			"default, the limit of SQS before 2025 and of the emulators; AWS now accepts up to 1 MiB\n"+
-			"(--max-bytes 1048576) where the queue's MaximumMessageSize allows it.")
-	queue := fs.String("queue", "", "queue name or URL (required)")
+			"default, the limit of SNS, of SQS before 2025 and of the emulators; SQS now accepts up to\n"+
+			"1 MiB (--max-bytes 1048576) where the queue's MaximumMessageSize allows it.")
+	queue := fs.String("queue", "", "queue name or URL (this or --topic-arn is required)")
+	topic := fs.String("topic-arn", "", "publish to this SNS topic instead of sending to a queue")
 	repeat := fs.Int("repeat", 1, "send each line this many times (duplicates on purpose)")
 	rate := fs.Float64("rate", 0, "at most this many messages per second (0: no limit)")
 	keyField := fs.String("key-field", "id", "top-level JSON field whose value becomes the event_id attribute")
@@ -53,18 +58,30 @@ func runSend(ctx context.Context, e env, args []string) error {
 	if *repeat < 1 || *rate < 0 {
 		return fmt.Errorf("%w: --repeat must be at least 1 and --rate not negative", errUsage)
 	}
-	if *queue == "" {
-		return fmt.Errorf("%w: --queue is required", errUsage)
+	switch {
+	case *queue == "" && *topic == "":
+		return fmt.Errorf("%w: --queue is required (or --topic-arn to publish to an SNS topic)", errUsage)
+	case *queue != "" && *topic != "":
+		return fmt.Errorf("%w: --queue and --topic-arn exclude each other: send to a queue or publish to a topic", errUsage)
+	case *topic != "" && !isTopicARN(*topic):
+		return fmt.Errorf("%w: --topic-arn %q is not an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)", errUsage, *topic)
 	}
 	if *maxBytes < 1 || *maxBytes > 1<<20 {
 		return fmt.Errorf("%w: --max-bytes %d: want 1 to 1048576 (1 MiB, the largest SQS accepts)", errUsage, *maxBytes)
 	}
-	fifo := strings.HasSuffix(*queue, ".fifo")
+	if *topic != "" && *maxBytes > snsMaxBytes {
+		return fmt.Errorf("%w: --max-bytes %d: SNS accepts at most 262144 (256 KiB)", errUsage, *maxBytes)
+	}
+	dest, kind := *queue, "queue"
+	if *topic != "" {
+		dest, kind = topicName(*topic), "topic"
+	}
+	fifo := strings.HasSuffix(dest, ".fifo")
 	switch {
 	case fifo && *groupID == "":
-		return fmt.Errorf("%w: %s is a FIFO queue: pass --group-id (a literal, key or field:NAME)", errUsage, lastPart(*queue))
+		return fmt.Errorf("%w: %s is a FIFO %s: pass --group-id (a literal, key or field:NAME)", errUsage, lastPart(dest), kind)
 	case !fifo && *dedupID != "":
-		return fmt.Errorf("%w: --dedup-id is for FIFO queues (their names end in .fifo)", errUsage)
+		return fmt.Errorf("%w: --dedup-id is for FIFO queues and topics (their names end in .fifo)", errUsage)
 	}
 	group, err := newFIFOID("--group-id", "MessageGroupId", *groupID)
 	if err != nil {
@@ -140,13 +157,31 @@ func runSend(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%w: --dedup-id %q gives all %d lines one deduplication id, so SQS would drop all but the first; use --dedup-id key or field:NAME",
 			errUsage, *dedupID, lines)
 	}
-	c, err := sqsClient(ctx, fs.timeout)
-	if err != nil {
-		return err
-	}
-	url, err := queueURL(ctx, c, *queue)
-	if err != nil {
-		return err
+	var (
+		send   func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error
+		target string
+		verb   = "sent"
+	)
+	if *topic != "" {
+		c, err := snsClient(ctx, fs.timeout)
+		if err != nil {
+			return err
+		}
+		pub := &publisher{c: c, topicARN: *topic, stderr: e.stderr}
+		send, target, verb = pub.publish, topicName(*topic), "published"
+	} else {
+		c, err := sqsClient(ctx, fs.timeout)
+		if err != nil {
+			return err
+		}
+		url, err := queueURL(ctx, c, *queue)
+		if err != nil {
+			return err
+		}
+		send = func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error {
+			return sendBatch(ctx, c, url, batch)
+		}
+		target = lastPart(url)
 	}
 	p := newProgress(e.stderr)
 	start := time.Now()
@@ -154,7 +189,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 	for sent < len(entries) {
 		if err := ctx.Err(); err != nil {
 			p.done()
-			fmt.Fprintf(e.stdout, "interrupted: sent %d of %s\n", sent, plural(len(entries), "message"))
+			fmt.Fprintf(e.stdout, "interrupted: %s %d of %s\n", verb, sent, plural(len(entries), "message"))
 			return err
 		}
 		if *rate > 0 {
@@ -168,17 +203,17 @@ func runSend(ctx context.Context, e env, args []string) error {
 			n = min(n, max(1, int(*rate)))
 		}
 		n = fitBatch(sizes[sent:sent+n], *maxBytes)
-		if err := sendBatch(ctx, c, url, entries[sent:sent+n]); err != nil {
+		if err := send(ctx, entries[sent:sent+n]); err != nil {
 			p.done()
-			fmt.Fprintf(e.stdout, "sent %d of %s before the error\n", sent, plural(len(entries), "message"))
+			fmt.Fprintf(e.stdout, "%s %d of %s before the error\n", verb, sent, plural(len(entries), "message"))
 			return err
 		}
 		sent += n
-		p.update("sent %d/%d messages", sent, len(entries))
+		p.update("%s %d/%d messages", verb, sent, len(entries))
 	}
 	p.done()
-	fmt.Fprintf(e.stdout, "sent %s (%s × %d) to %s in %.1fs\n", plural(sent, "message"), plural(lines, "line"), *repeat,
-		lastPart(url), time.Since(start).Seconds())
+	fmt.Fprintf(e.stdout, "%s %s (%s × %d) to %s in %.1fs\n", verb, plural(sent, "message"), plural(lines, "line"), *repeat,
+		target, time.Since(start).Seconds())
 	return nil
 }
 

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+)
+
+// The send --topic-arn tests publish to SNS on fauxqs (the SNS tests skip on GoAws: see
+// sqstest.Server.SNSSupported) and read what each subscribed queue received.
+
+// TestSendToTopic (fauxqs): every line is published --repeat times with its event_id attribute;
+// a raw subscription gets it as an SQS attribute, an enveloped one in the envelope.
+func TestSendToTopic(t *testing.T) {
+	srv.SkipWithoutSNS(t)
+	t.Parallel()
+	topic := srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "cli-topic"})
+	raw := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-raw"})
+	env := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-env"})
+	srv.Subscribe(t, topic, raw, sqstest.SubscribeOptions{Raw: true})
+	srv.Subscribe(t, topic, env, sqstest.SubscribeOptions{})
+	in := `{"id":"evt_1","order_id":"o-1"}` + "\n" + `{"id":"evt_2","order_id":"o-2"}` + "\n" + `{"id":"evt_3","order_id":"o-3"}` + "\n"
+	r := cli(t, in, "send", "--topic-arn", topic.ARN, "--repeat", "2").mustOK(t)
+	if want := "published 6 messages (3 lines × 2) to " + topic.Name; !strings.Contains(r.stdout, want) {
+		t.Fatalf("stdout %q, want %q", r.stdout, want)
+	}
+	want := []string{"evt_1", "evt_1", "evt_2", "evt_2", "evt_3", "evt_3"}
+	var got []string
+	for _, m := range receiveAll(t, raw.URL, 6) {
+		key := aws.ToString(m.MessageAttributes["event_id"].StringValue)
+		if !strings.Contains(aws.ToString(m.Body), `"id":"`+key+`"`) {
+			t.Errorf("raw: body %s with event_id %q", aws.ToString(m.Body), key)
+		}
+		got = append(got, key)
+	}
+	if slices.Sort(got); !slices.Equal(got, want) {
+		t.Errorf("raw subscription: event_ids %v, want %v", got, want)
+	}
+	got = nil
+	for _, m := range receiveAll(t, env.URL, 6) {
+		var e struct {
+			Type, TopicArn, Message string
+			MessageAttributes       map[string]struct{ Type, Value string }
+		}
+		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &e); err != nil || e.Type != "Notification" || e.TopicArn != topic.ARN {
+			t.Fatalf("enveloped subscription: body %s (%v)", aws.ToString(m.Body), err)
+		}
+		a := e.MessageAttributes["event_id"]
+		if a.Type != "String" || !strings.Contains(e.Message, `"id":"`+a.Value+`"`) {
+			t.Errorf("enveloped: Message %s with event_id %+v", e.Message, a)
+		}
+		got = append(got, a.Value)
+	}
+	if slices.Sort(got); !slices.Equal(got, want) {
+		t.Errorf("enveloped subscription: event_ids %v, want %v", got, want)
+	}
+}
+
+// TestSendToFIFOTopic (fauxqs): a FIFO topic needs --group-id, and with --dedup-id key the
+// --repeat copies are dropped as duplicates.
+func TestSendToFIFOTopic(t *testing.T) {
+	srv.SkipWithoutSNS(t)
+	t.Parallel()
+	topic := srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "cli-topic", FIFO: true})
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-fifo", FIFO: true})
+	srv.Subscribe(t, topic, q, sqstest.SubscribeOptions{Raw: true})
+	in := `{"id":"evt_1","order_id":"o-1"}` + "\n" + `{"id":"evt_2","order_id":"o-2"}`
+	cli(t, in, "send", "--topic-arn", topic.ARN).mustFail(t, 2, topic.Name+" is a FIFO topic: pass --group-id")
+	r := cli(t, in, "send", "--topic-arn", topic.ARN, "--group-id", "field:order_id", "--dedup-id", "key", "--repeat", "3").mustOK(t)
+	if !strings.Contains(r.stdout, "published 6 messages (2 lines × 3)") {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+	var got []string
+	for _, m := range receiveWithGroups(t, q.URL, 2) {
+		got = append(got, aws.ToString(m.MessageAttributes["event_id"].StringValue)+"/"+m.Attributes["MessageGroupId"])
+	}
+	if slices.Sort(got); !slices.Equal(got, []string{"evt_1/o-1", "evt_2/o-2"}) {
+		t.Errorf("the queue got %v, want evt_1/o-1 and evt_2/o-2 once each", got)
+	}
+	if n := queueDepth(t, q.URL); n != "0" {
+		t.Errorf("%s more messages in the queue: the copies were not deduplicated", n)
+	}
+}
+
+// TestSendToTopicWithoutPublishBatch (fauxqs, behind a proxy that answers PublishBatch as an
+// older server does, with InvalidAction): send says so once and publishes one message at a time.
+func TestSendToTopicWithoutPublishBatch(t *testing.T) {
+	srv.SkipWithoutSNS(t)
+	topic := srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "cli-topic-single"})
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-single"})
+	srv.Subscribe(t, topic, q, sqstest.SubscribeOptions{Raw: true})
+	p := snsProxy(t, srv.Endpoint, "PublishBatch")
+	t.Setenv("AWS_ENDPOINT_URL_SNS", p.URL)
+	var in strings.Builder
+	for i := range 12 {
+		in.WriteString(`{"id":"evt_` + string(rune('a'+i)) + `"}` + "\n")
+	}
+	r := cli(t, in.String(), "send", "--topic-arn", topic.ARN).mustOK(t)
+	if !strings.Contains(r.stdout, "published 12 messages (12 lines × 1)") {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+	if n := strings.Count(r.stderr, "the server has no PublishBatch (InvalidAction"); n != 1 {
+		t.Errorf("stderr says %d times that PublishBatch is missing, want once:\n%s", n, r.stderr)
+	}
+	if p.count("PublishBatch") != 1 || p.count("Publish") != 12 {
+		t.Errorf("%d PublishBatch and %d Publish calls, want 1 and 12", p.count("PublishBatch"), p.count("Publish"))
+	}
+	receiveAll(t, q.URL, 12)
+}
+
+func TestSendToTopicRefusals(t *testing.T) {
+	t.Parallel()
+	missing := "arn:aws:sns:us-east-1:000000000000:no-such-topic-" + randSuffix()
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"queue and topic", []string{"--queue", "q", "--topic-arn", missing}, 2, "--queue and --topic-arn exclude each other"},
+		{"not an ARN", []string{"--topic-arn", "orders"}, 2, `--topic-arn "orders" is not an SNS topic ARN`},
+		{"an SQS ARN", []string{"--topic-arn", "arn:aws:sqs:us-east-1:000000000000:orders"}, 2, "is not an SNS topic ARN"},
+		{"over the SNS limit", []string{"--topic-arn", missing, "--max-bytes", "262145"}, 2, "SNS accepts at most 262144"},
+		{"dedup on a standard topic", []string{"--topic-arn", missing, "--dedup-id", "key"}, 2, "--dedup-id is for FIFO queues and topics"},
+	}
+	if ok, _ := srv.SNSSupported(); ok {
+		cases = append(cases, struct {
+			name string
+			args []string
+			code int
+			want string
+		}{"missing topic", []string{"--topic-arn", missing}, 1, "publish to " + topicName(missing) + ": NotFound"})
+	}
+	for _, tc := range cases {
+		r := cli(t, `{"id":"evt_1"}`, append([]string{"send"}, tc.args...)...)
+		if line := lastLine(r.stderr); r.code != tc.code || !strings.Contains(line, tc.want) {
+			t.Errorf("%s: exit %d, %q; want %d and %q", tc.name, r.code, line, tc.code, tc.want)
+		}
+	}
+}
+
+// receiveWithGroups is receiveAll with the messages' system attributes (MessageGroupId), failing
+// the test if n messages do not arrive within 10 s.
+func receiveWithGroups(t *testing.T, url string, n int) []types.Message {
+	t.Helper()
+	var out []types.Message
+	deadline := time.Now().Add(10 * time.Second)
+	for len(out) < n {
+		r, err := srv.Client().ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}, VisibilityTimeout: 60,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r.Messages...)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages in %s after 10 s", len(out), n, url)
+		}
+	}
+	return out
+}
+
+// actionProxy forwards SNS requests (form-encoded, with an Action) to a real server, counts them
+// by action, and answers the refused action as a server that lacks it.
+type actionProxy struct {
+	*httptest.Server
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func snsProxy(t *testing.T, target, refuse string) *actionProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &actionProxy{calls: map[string]int{}}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		form, _ := url.ParseQuery(string(body))
+		action := form.Get("Action")
+		p.mu.Lock()
+		p.calls[action]++
+		p.mu.Unlock()
+		if action == refuse {
+			w.Header().Set("Content-Type", "text/xml")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `<ErrorResponse><Error><Type>Sender</Type><Code>InvalidAction</Code><Message>Unknown action: `+action+`</Message></Error><RequestId>1</RequestId></ErrorResponse>`)
+			return
+		}
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *actionProxy) count(action string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[action]
+}
