@@ -44,10 +44,10 @@ resource "aws_sqs_queue" "this" {
 
   lifecycle {
     # Also enforced by the variable's validation; kept here so the rule holds whatever the
-    # inputs' origin.
+    # inputs' origin. Standard queues only: a FIFO message's age restarts in the DLQ.
     precondition {
-      condition     = var.dlq_message_retention_seconds > var.message_retention_seconds
-      error_message = "The DLQ's retention must be longer than the queue's: a message's age in the DLQ counts from its original send."
+      condition     = var.fifo_queue || var.dlq_message_retention_seconds > var.message_retention_seconds
+      error_message = "The DLQ's retention must be longer than the queue's: on a standard queue a message's age in the DLQ counts from its original send."
     }
   }
 }
