@@ -13,7 +13,9 @@
 #   - every init script is executable, has a shebang, passes `bash -n` and shellcheck (when
 #     installed), and uses the plain AWS CLI with an endpoint, not awslocal.
 #   - running the init scripts against a stub `aws` creates exactly the example queues, with the
-#     attributes the examples expect (EXPECTED below).
+#     attributes the examples expect (EXPECTED below), and the SNS topic with one subscription per
+#     fan-out queue (TOPIC below): raw delivery as listed, and a queue policy that admits only the
+#     topic (aws:SourceArn).
 # Needs bash and python3 with PyYAML; shellcheck is optional. No network, no Docker.
 set -euo pipefail
 
@@ -52,7 +54,7 @@ check() {
 
 	# A stub aws CLI that records each call (NUL-separated arguments, then RS) and answers what the init
 	# scripts ask: a queue URL for create-queue and get-queue-url, a queue ARN for
-	# get-queue-attributes.
+	# get-queue-attributes, a topic ARN for create-topic, a subscription ARN for subscribe.
 	mkdir -p "$tmp/bin"
 	cat >"$tmp/bin/aws" <<-'STUB'
 		#!/usr/bin/env bash
@@ -63,15 +65,20 @@ check() {
 			--region) region=${2-} && shift ;;
 			--queue-name) name=${2-} && shift ;;
 			--queue-url) name=${2%/} && name=${name##*/} && shift ;;
+			--name) name=${2-} && shift ;;
+			--topic-arn) name=${2##*:} && shift ;;
 			--query) query=${2-} && shift ;;
-			create-queue | get-queue-url | get-queue-attributes) op=$1 ;;
+			create-queue | get-queue-url | get-queue-attributes | create-topic | subscribe) op=$1 ;;
 			esac
 			shift
 		done
 		url=http://localhost:4566/000000000000/$name arn=arn:aws:sqs:$region:000000000000:$name
+		topic=arn:aws:sns:$region:000000000000:$name
 		case $op in
 		create-queue | get-queue-url) if [[ -n $query ]]; then echo "$url"; else echo "{\"QueueUrl\": \"$url\"}"; fi ;;
 		get-queue-attributes) if [[ -n $query ]]; then echo "$arn"; else echo "{\"Attributes\": {\"QueueArn\": \"$arn\"}}"; fi ;;
+		create-topic) if [[ -n $query ]]; then echo "$topic"; else echo "{\"TopicArn\": \"$topic\"}"; fi ;;
+		subscribe) if [[ -n $query ]]; then echo "$topic:sub-$RANDOM"; else echo "{\"SubscriptionArn\": \"$topic:sub-$RANDOM\"}"; fi ;;
 		esac
 	STUB
 	chmod +x "$tmp/bin/aws"
@@ -82,6 +89,9 @@ check() {
 
 		# What the examples expect (examples/ read QUEUE_URL; DATABASE_URL as documented).
 		EXPECTED = {"warehouse": "warehouse-dlq", "loyalty": "loyalty-dlq", "payments": "payments-dlq"}
+		# The fan-out: the topic, and each queue subscribed to it with its raw delivery setting.
+		TOPIC = "order-paid"
+		SUBSCRIBERS = {"warehouse": "true", "loyalty": "false"}
 		SOURCE = {"MessageRetentionPeriod": 345600, "VisibilityTimeout": 30, "ReceiveMessageWaitTimeSeconds": 20}
 		DLQ = {"MessageRetentionPeriod": 1209600}
 		MAX_RECEIVE_COUNT = 5
@@ -147,8 +157,9 @@ check() {
 		if env.get("SQS_ENABLE_MESSAGE_RETENTION_PERIOD") != "1":
 		    fail("LocalStack: SQS_ENABLE_MESSAGE_RETENTION_PERIOD is not 1 (LocalStack would ignore MessageRetentionPeriod)")
 		svcs = [s.strip() for s in (env.get("SERVICES") or "").split(",") if s.strip()]
-		if "sqs" not in svcs:
-		    fail("LocalStack: SERVICES %r does not include sqs (it must list only what is used)" % env.get("SERVICES"))
+		for needed in ("sqs", "sns"):
+		    if needed not in svcs:
+		        fail("LocalStack: SERVICES %r does not include %s (it must list only what is used)" % (env.get("SERVICES"), needed))
 		if "/_localstack/init/ready" not in json.dumps((ls.get("healthcheck") or {}).get("test")):
 		    fail("LocalStack: the health check does not wait for the init scripts (/_localstack/init/ready)")
 		ready = None
@@ -202,7 +213,7 @@ check() {
 		        fail("%s exited with %d against the stub aws: %s" % (s, r.returncode, r.stderr.strip()[-500:]))
 		        finish()
 
-		queues, order = {}, []
+		queues, order, topics, subs = {}, [], [], []
 		for call in open(log, "rb").read().decode().split("\x1e\0"):
 		    args = call.split("\0")[:-1]
 		    if not args:
@@ -210,6 +221,19 @@ check() {
 		    opt = lambda n: args[args.index(n) + 1] if n in args and args.index(n) + 1 < len(args) else None
 		    if not (opt("--endpoint-url") or "").startswith("http://localhost:4566"):
 		        fail("aws %s: no --endpoint-url http://localhost:4566" % " ".join(args[:6]))
+		    if "sns" in args:
+		        if "create-topic" in args:
+		            topics.append(opt("--name"))
+		        elif "subscribe" in args:
+		            try:
+		                sattrs = json.loads(opt("--attributes") or "{}")
+		            except ValueError:
+		                fail("aws sns subscribe: --attributes is not JSON: %r" % opt("--attributes"))
+		                sattrs = {}
+		            subs.append({"topic": opt("--topic-arn") or "", "protocol": opt("--protocol"),
+		                         "endpoint": opt("--notification-endpoint") or "", "attrs": sattrs,
+		                         "after": set(queues)})
+		        continue
 		    if "sqs" not in args:
 		        continue
 		    attrs = {}
@@ -267,6 +291,38 @@ check() {
 		        if allow.get("redrivePermission") == "byQueue" and not any(
 		                str(x).endswith(":" + src) for x in allow.get("sourceQueueArns", [])):
 		            fail("queue %s: its RedriveAllowPolicy does not allow %s" % (dlq, src))
+
+		# The fan-out.
+		if topics != [TOPIC]:
+		    fail("the init scripts create topics %s, want [%r]" % (topics, TOPIC))
+		topic_arn = "arn:aws:sns:us-east-1:000000000000:" + TOPIC
+		got = {}
+		for sub in subs:
+		    name = sub["endpoint"].split(":")[-1]
+		    if sub["topic"] != topic_arn or sub["protocol"] != "sqs" or not sub["endpoint"].startswith("arn:aws:sqs:"):
+		        fail("subscription %r: want protocol sqs from %s to a queue ARN" % (sub, topic_arn))
+		        continue
+		    if name in got:
+		        fail("queue %s is subscribed twice" % name)
+		    if name not in sub["after"]:
+		        fail("queue %s is subscribed before it was created" % name)
+		    got[name] = sub["attrs"].get("RawMessageDelivery", "false")
+		if sorted(got) != sorted(SUBSCRIBERS):
+		    fail("the init scripts subscribe queues %s to %s, want %s" % (sorted(got), TOPIC, sorted(SUBSCRIBERS)))
+		for name, raw in SUBSCRIBERS.items():
+		    if name in got and got[name] != raw:
+		        fail("queue %s: RawMessageDelivery is %r, want %r" % (name, got[name], raw))
+		    try:
+		        policy = json.loads(queues.get(name, {}).get("Policy") or "")
+		        st = policy["Statement"]
+		    except (ValueError, KeyError, TypeError):
+		        fail("queue %s: no queue policy (SNS may not send to it on AWS)" % name)
+		        continue
+		    want = [{"Sid": "TopicSendsToQueue", "Effect": "Allow", "Principal": {"Service": "sns.amazonaws.com"},
+		             "Action": "sqs:SendMessage", "Resource": "arn:aws:sqs:us-east-1:000000000000:" + name,
+		             "Condition": {"ArnEquals": {"aws:SourceArn": topic_arn}}}]
+		    if st != want:
+		        fail("queue %s: the policy %s does not admit exactly the topic by aws:SourceArn" % (name, json.dumps(st)))
 		finish()
 	PY
 	return "$rc"
@@ -279,7 +335,7 @@ self_test() {
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/localstack-selftest.XXXXXX")
 	# shellcheck disable=SC2064
 	trap "rm -rf '$tmp'" RETURN
-	local compose=docker-compose.yml init=init/ready.d/10-create-queues.sh
+	local compose=docker-compose.yml init=init/ready.d/10-create-queues.sh topic=init/ready.d/20-create-topic.sh
 	# name | file to edit | sed script ("" for a custom edit below) | expected message
 	local cases=(
 		"image latest|$compose|s#localstack/localstack:4.14.0#localstack/localstack:latest#|not pinned by an exact version tag"
@@ -304,6 +360,12 @@ self_test() {
 		"DLQ retention|$init|s#dlq_retention_seconds=1209600#dlq_retention_seconds=345600#|retention must be longer"
 		"no redrive|$init|s#^\([[:space:]]*redrive=\).*#\1\"\"#|RedrivePolicy is missing"
 		"not executable|$init||is not executable"
+		"no sns service|$compose|s#SERVICES: sqs,sns,cloudwatch#SERVICES: sqs,cloudwatch#|does not include sns"
+		"no topic|$topic|s#^readonly topic=order-paid#readonly topic=orders#|want ['order-paid']"
+		"missing subscription|$topic|s#subscribers=(warehouse=true loyalty=false)#subscribers=(warehouse=true)#|want ['loyalty', 'warehouse']"
+		"raw delivery|$topic|s#subscribers=(warehouse=true loyalty=false)#subscribers=(warehouse=false loyalty=false)#|RawMessageDelivery is 'false', want 'true'"
+		"no queue policy|$topic|/ sqs set-queue-attributes /d|no queue policy"
+		"policy without source|$topic|s#aws:SourceArn#aws:SourceAccount#|does not admit exactly the topic"
 	)
 	if command -v "$shellcheck" >/dev/null; then
 		cases+=("shellcheck finding|$init|\$a echo \$1|shellcheck")
