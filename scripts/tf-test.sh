@@ -2,8 +2,12 @@
 # tf-test.sh: format, validate and test the Terraform code under terraform/ with OpenTofu and
 # the AWS provider, both built from the Go module proxy (no provider registry is reachable here).
 #
-#   scripts/tf-test.sh            build what is missing, then run fmt, validate and test (make tf-test)
-#   scripts/tf-test.sh --cached   run only if both binaries are already cached, else skip (make test)
+#   scripts/tf-test.sh            build what is missing, then run fmt, validate and test, then apply
+#                                 the sqs-worker module against fauxqs, consume, destroy (make tf-test)
+#   scripts/tf-test.sh --cached   fmt, validate and test only, if both binaries are already cached, else
+#                                 skip (make test; the apply takes about 6 minutes, most of it the
+#                                 provider waiting out the queues' deletion)
+#   scripts/tf-test.sh --apply-fauxqs  only the apply against fauxqs, consume, destroy
 #   scripts/tf-test.sh --build    only build what is missing
 #   scripts/tf-test.sh --env      print the environment that points a CLI at the cached tools
 #   scripts/tf-test.sh --apply [ENDPOINT]
@@ -170,6 +174,22 @@ run_tests() {
 	log "ok: $n_roots configurations formatted, valid and tested in $(($(date +%s) - start)) s"
 }
 
+# apply_fauxqs applies the sqs-worker module for real against fauxqs, runs the warehouse worker on
+# the queue it made, and destroys it (internal/tfapply, a Go test under the build tag tfapply: it
+# starts fauxqs and PostgreSQL itself). TF_APPLY=0 skips it.
+apply_fauxqs() {
+	[[ ${TF_APPLY:-1} == 0 ]] && { log "apply against fauxqs skipped (TF_APPLY=0)"; return 0; }
+	[[ $(TF_BIN=${TF_BIN:-$tofu_bin} "${TF_BIN:-$tofu_bin}" version | head -n1) == OpenTofu* ]] ||
+		{ log "apply against fauxqs: OpenTofu only"; return 0; }
+	local start
+	start=$(date +%s)
+	log "apply terraform/examples/localstack against fauxqs, consume, destroy (internal/tfapply)"
+	(cd "$repo" && TF_BIN=${TF_BIN:-$tofu_bin} TF_CLI_CONFIG_FILE=$cli_config \
+		go test -tags tfapply -count=1 -timeout 15m -v ./internal/tfapply/ 2>&1 | grep -E '^(---|ok|FAIL|PASS)|apply_test.go') ||
+		die "apply against fauxqs failed"
+	log "ok: applied, consumed and destroyed in $(($(date +%s) - start)) s"
+}
+
 # apply_local applies terraform/examples/localstack against a local endpoint, checks that the
 # apply gave a queue URL, and destroys everything again (also after a failure).
 apply_local() {
@@ -207,6 +227,11 @@ case $mode in
 	write_mirror
 	run_tests
 	;;
+--apply-fauxqs)
+	have_tools || die "tools not built yet: run scripts/tf-test.sh --build"
+	write_mirror
+	apply_fauxqs
+	;;
 --build | full | --full)
 	# One build at a time per cache, even when make runs twice.
 	exec 9>"$cache/.lock"
@@ -214,7 +239,7 @@ case $mode in
 	build_tofu
 	build_provider
 	write_mirror
-	[[ $mode == --build ]] || run_tests
+	[[ $mode == --build ]] || { run_tests && apply_fauxqs; }
 	;;
 --apply)
 	have_tools || die "tools not built yet: run scripts/tf-test.sh --build"
