@@ -61,6 +61,10 @@ type Faults struct {
 	// NoChangeVisibilityBatch makes ChangeMessageVisibilityBatch fail as GoAws does (it does not
 	// implement it).
 	NoChangeVisibilityBatch bool
+	// LoseReceive, when it returns true, makes a ReceiveMessage that took messages fail instead
+	// of returning them: the messages are in flight, invisible until their visibility timeout
+	// ends, and nobody holds their receipt handles, as when the response is lost on the wire.
+	LoseReceive func() bool
 }
 
 // QueueOptions says what queue CreateQueue makes.
@@ -326,6 +330,10 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 			vis = time.Duration(in.VisibilityTimeout) * time.Second
 		}
 		msgs, next := f.take(q, max, vis, requested)
+		if len(msgs) > 0 && f.faults.LoseReceive != nil && f.faults.LoseReceive() {
+			f.mu.Unlock()
+			return nil, Error("RequestTimeout", "the response was lost")
+		}
 		if len(msgs) > 0 || !time.Now().Before(deadline) {
 			f.mu.Unlock()
 			return &sqs.ReceiveMessageOutput{Messages: msgs}, nil

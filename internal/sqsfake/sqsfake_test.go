@@ -202,3 +202,27 @@ func TestPartialDeleteAndFaults(t *testing.T) {
 		t.Fatalf("receive = %v", err)
 	}
 }
+
+// TestLoseReceive: a lost receive leaves its messages in flight, with nobody holding them, until
+// their visibility timeout ends.
+func TestLoseReceive(t *testing.T) {
+	f := sqsfake.New()
+	url := f.CreateQueue(sqsfake.QueueOptions{Name: "q", VisibilityTimeout: time.Second})
+	send(t, f, url, []string{"a"}, "")
+	lost := true
+	f.SetFaults(sqsfake.Faults{LoseReceive: func() bool { l := lost; lost = false; return l }})
+	if _, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 1}); code(err) != "RequestTimeout" {
+		t.Fatalf("lost receive: %v", err)
+	}
+	if m := f.Messages(url)[0]; !m.InFlight || m.ReceiveCount != 1 {
+		t.Fatalf("after a lost receive: %+v, want in flight, received once", m)
+	}
+	// A long poll returns the message once its visibility timeout has ended.
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 1, WaitTimeSeconds: 5})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("after the visibility timeout: %v, %v", out, err)
+	}
+	if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Errorf("receive count %s, want 2 (the lost receive counted)", n)
+	}
+}
