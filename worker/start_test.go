@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,21 +26,7 @@ func nopHandler() worker.Handler {
 // gives up after Config.StartTimeout with an error that names the endpoint, instead of hanging.
 func TestStartTimeoutNamesTheEndpoint(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() }) // accepted, never answered
-		}
-	}()
-	ep := "http://" + l.Addr().String()
+	ep := "http://" + sqstest.SilentEndpoint(t)
 	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(ep),
 		Credentials: credentials.NewStaticCredentialsProvider("a", "b", "")})
 	w, err := worker.New(c, &worker.Config{QueueURL: ep + "/000000000000/q", Handler: nopHandler(),

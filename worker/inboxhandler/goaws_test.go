@@ -3,7 +3,6 @@ package inboxhandler_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -155,21 +154,8 @@ func newHandler(ib *inbox.Inbox) (worker.Handler, error) {
 // error that names the database, instead of hanging.
 func TestStartNamesASilentDatabaseGoAws(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() })
-		}
-	}()
-	pool, err := pgxpool.New(t.Context(), "postgres://app@"+l.Addr().String()+"/orders")
+	addr := sqstest.SilentEndpoint(t)
+	pool, err := pgxpool.New(t.Context(), "postgres://app@"+addr+"/orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +176,7 @@ func TestStartNamesASilentDatabaseGoAws(t *testing.T) {
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("Start = %v (caller's deadline passed: %v), want a refusal within StartTimeout", err, ctx.Err() != nil)
 	}
-	if !strings.Contains(err.Error(), "database "+l.Addr().String()) {
-		t.Errorf("Start = %v; want it to name the database %s", err, l.Addr())
+	if !strings.Contains(err.Error(), "database "+addr) {
+		t.Errorf("Start = %v; want it to name the database %s", err, addr)
 	}
 }
