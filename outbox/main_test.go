@@ -1,0 +1,100 @@
+package outbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/outbox"
+)
+
+// Every test here uses a real PostgreSQL (pgtest); the relay's tests also a real SQS and SNS
+// server (sqstest). The only fake is a client wrapper that fails chosen entries.
+var (
+	db  *pgtest.Server
+	srv *sqstest.Server
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	var err error
+	if srv, err = sqstest.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.Close()
+	if db, err = pgtest.Start(ctx, "outbox"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	code := m.Run()
+	if code == 0 && os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+			goleak.IgnoreAnyFunction("github.com/sqsinbox/sqsinbox/internal/sqstest.tryGoAws.func1"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+type bundle struct {
+	pool   *pgxpool.Pool
+	ob     *outbox.Outbox
+	schema string
+}
+
+// setup gives the test a pool and an outbox in a freshly migrated schema of its own.
+func setup(t testing.TB, cfg *outbox.Config) *bundle {
+	t.Helper()
+	ctx := t.Context()
+	pool := newPool(t)
+	schema := "t_" + randHex(6)
+	if _, err := outbox.Migrate(ctx, pool, schema); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	var c outbox.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Schema = schema
+	ob, err := outbox.New(pool, &c)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := ob.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return &bundle{pool: pool, ob: ob, schema: schema}
+}
+
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

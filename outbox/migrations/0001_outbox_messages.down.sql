@@ -1,0 +1,2 @@
+DROP TABLE {{schema}}.outbox_messages;
+DROP FUNCTION {{schema}}.outbox_notify();
