@@ -98,3 +98,12 @@ func randHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+func (b *bundle) count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.WithoutCancel(t.Context()), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+

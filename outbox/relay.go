@@ -1,0 +1,455 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+	"github.com/sqsinbox/sqsinbox/migrate"
+)
+
+// Defaults for RelayConfig.
+const (
+	// DefaultSenders is the number of batches the relay publishes at once.
+	DefaultSenders = 4
+	// DefaultPollInterval is how often an idle sender looks for rows when no NOTIFY woke it.
+	DefaultPollInterval = time.Second
+	// DefaultPublishTimeout bounds one SendMessageBatch or PublishBatch call, the SDK's retries
+	// included.
+	DefaultPublishTimeout = 20 * time.Second
+	// DefaultLease is how long a claimed row stays the claimer's: at least twice the publish
+	// timeout, so that a live relay stamps its rows before another may take them.
+	DefaultLease = time.Minute
+	// DefaultMaxAttempts is the number of failed publishes after which a row is parked.
+	DefaultMaxAttempts = 10
+	// DefaultBackoffMin and DefaultBackoffMax bound the pause before a failed row is tried
+	// again: BackoffMin doubled at each failure, at most BackoffMax.
+	DefaultBackoffMin = time.Second
+	DefaultBackoffMax = 5 * time.Minute
+	// DefaultMaxBatchBytes is the payload limit of one batch call: 256 KiB (1 MiB on SQS now).
+	DefaultMaxBatchBytes = 256 * 1024
+)
+
+// notifyChannel is the channel of the table's trigger; the payload is the schema.
+const notifyChannel = "sqsinbox_outbox"
+
+// RelayConfig configures a [Relay].
+type RelayConfig struct {
+	// Schema is the schema of the outbox's table. Empty means DefaultSchema.
+	Schema string
+
+	// SQS publishes the rows whose destination is a queue URL. nil means the relay leaves
+	// those rows to a relay that has a client (they stay in the backlog). SQS or SNS is required.
+	SQS SQSClient
+	// SNS publishes the rows whose destination is a topic ARN; nil as for SQS.
+	SNS SNSClient
+
+	// Senders is the number of batches published at once, each by its own goroutine. 0 means
+	// DefaultSenders; negative is an error.
+	Senders int
+
+	// PollInterval is how often an idle sender looks for rows without a NOTIFY: it catches
+	// notifications lost while no relay listened, and rows whose backoff ended. 0 means
+	// DefaultPollInterval (1 s); negative is an error.
+	PollInterval time.Duration
+
+	// PublishTimeout bounds one batch call. 0 means DefaultPublishTimeout (20 s).
+	PublishTimeout time.Duration
+
+	// Lease is how long claimed rows are reserved for this relay. It must be at least twice
+	// PublishTimeout. A relay that dies holding a lease delays its rows by at most this long.
+	// Whole milliseconds; 0 means DefaultLease (1 min).
+	Lease time.Duration
+
+	// MaxAttempts is the number of failed publishes of a row after which it is parked (see
+	// [Outbox.RetryParked]). 0 means DefaultMaxAttempts (10); negative is an error.
+	MaxAttempts int
+
+	// BackoffMin and BackoffMax bound the pause before a failed row is tried again. 0 means
+	// DefaultBackoffMin (1 s) and DefaultBackoffMax (5 min); negative is an error.
+	BackoffMin, BackoffMax time.Duration
+
+	// MaxBatchBytes is the payload limit of one batch call (the sum of its messages' sizes).
+	// 0 means DefaultMaxBatchBytes (256 KiB); more than MaxMessageSizeLimit (1 MiB) is an error.
+	MaxBatchBytes int
+
+	// Logger receives the relay's reports. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *RelayConfig) validate() error {
+	switch {
+	case c.SQS == nil && c.SNS == nil:
+		return errors.New("outbox: RelayConfig.SQS and RelayConfig.SNS are both nil; the relay needs a client to publish with")
+	case c.Senders < 0:
+		return fmt.Errorf("outbox: RelayConfig.Senders is %d; it must be positive (0 means %d)", c.Senders, DefaultSenders)
+	case c.PollInterval < 0:
+		return fmt.Errorf("outbox: RelayConfig.PollInterval is %v; it must be positive (0 means %v)", c.PollInterval, DefaultPollInterval)
+	case c.PublishTimeout < 0:
+		return fmt.Errorf("outbox: RelayConfig.PublishTimeout is %v; it must be positive (0 means %v)", c.PublishTimeout, DefaultPublishTimeout)
+	case c.Lease < 2*c.PublishTimeout || c.Lease%time.Millisecond != 0:
+		return fmt.Errorf("outbox: RelayConfig.Lease is %v; it must be whole milliseconds and at least twice PublishTimeout (%v)", c.Lease, c.PublishTimeout)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("outbox: RelayConfig.MaxAttempts is %d; it must be positive (0 means %d)", c.MaxAttempts, DefaultMaxAttempts)
+	case c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("outbox: RelayConfig.BackoffMin (%v) and BackoffMax (%v) must be positive, BackoffMin the smaller", c.BackoffMin, c.BackoffMax)
+	case c.MaxBatchBytes < 0 || c.MaxBatchBytes > MaxMessageSizeLimit:
+		return fmt.Errorf("outbox: RelayConfig.MaxBatchBytes is %d; it must be from 1 to %d (0 means %d)", c.MaxBatchBytes, MaxMessageSizeLimit, DefaultMaxBatchBytes)
+	}
+	return sqlident.Validate("outbox: RelayConfig.Schema", c.Schema)
+}
+
+// Relay publishes the outbox's committed rows and marks them sent.
+type Relay struct {
+	pool     *pgxpool.Pool
+	cfg      RelayConfig
+	kinds    []string
+	migrator *migrate.Migrator
+	sql      struct{ claim, sent, failed, release string }
+
+	mu                 sync.Mutex
+	started, stopped   bool
+	stopCtx, workCtx   context.Context
+	stopCancel, cancel context.CancelCauseFunc
+	wake               chan struct{}
+	wg                 sync.WaitGroup
+	done               chan struct{}
+	listening          atomic.Bool
+
+	published, failures, parked, lost atomic.Int64
+}
+
+// ErrStopping is the cause of the contexts the relay cancels at Stop.
+var ErrStopping = errors.New("outbox: relay stopping")
+
+// NewRelay returns a relay that claims rows through pool. It does no I/O: Start does.
+func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: pool is nil")
+	}
+	if cfg == nil {
+		return nil, errors.New("outbox: RelayConfig is nil (RelayConfig.SQS or RelayConfig.SNS is required)")
+	}
+	c := *cfg
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.Senders = cmp.Or(c.Senders, DefaultSenders)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.Lease = cmp.Or(c.Lease, max(DefaultLease, 2*c.PublishTimeout))
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.BackoffMin = cmp.Or(c.BackoffMin, DefaultBackoffMin)
+	c.BackoffMax = cmp.Or(c.BackoffMax, max(DefaultBackoffMax, c.BackoffMin))
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, DefaultMaxBatchBytes)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	mg, err := newMigrator(pool, c.Schema)
+	if err != nil {
+		return nil, err
+	}
+	rl := &Relay{pool: pool, cfg: c, migrator: mg}
+	if c.SQS != nil {
+		rl.kinds = append(rl.kinds, string(KindSQS))
+	}
+	if c.SNS != nil {
+		rl.kinds = append(rl.kinds, string(KindSNS))
+	}
+	t := sqlident.Quote(c.Schema, "outbox_messages")
+	// The conditions on the row's own columns are in the locking query, so that PostgreSQL
+	// checks them again on a row another relay claimed and committed meanwhile. A FIFO row is
+	// taken only when no earlier row of its group is unsent: the group's head, one per claim,
+	// and not while the head is in flight, backing off or parked.
+	ready := `o.sent_at IS NULL AND o.parked_at IS NULL AND o.available_at <= now()
+		AND (o.claimed_until IS NULL OR o.claimed_until < now()) AND o.kind = ANY($1)
+		AND (NOT o.fifo OR NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.destination = o.destination
+			AND p.group_id = o.group_id AND p.fifo AND p.sent_at IS NULL AND p.id < o.id))`
+	rl.sql.claim = `WITH head AS (SELECT o.destination FROM ` + t + ` o WHERE ` + ready + ` ORDER BY o.id LIMIT 1),
+		pick AS (SELECT o.id FROM ` + t + ` o WHERE ` + ready + ` AND o.destination = (SELECT destination FROM head)
+			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE ` + t + ` o SET claimed_until = now() + make_interval(secs => $3), lease_token = $4
+		FROM pick WHERE o.id = pick.id
+		RETURNING o.id, o.event_id, o.kind, o.destination, o.fifo, o.body, o.attributes,
+			coalesce(o.group_id, ''), coalesce(o.dedup_id, ''), o.delay_seconds`
+	rl.sql.sent = `UPDATE ` + t + ` SET sent_at = now(), claimed_until = NULL, lease_token = NULL, last_error = NULL
+		WHERE id = ANY($1) AND lease_token = $2`
+	rl.sql.failed = `UPDATE ` + t + ` o SET attempts = o.attempts + 1, last_error = f.err, claimed_until = NULL, lease_token = NULL,
+			available_at = now() + make_interval(secs => least($3::float8, $4::float8 * power(2, o.attempts))),
+			parked_at = CASE WHEN o.attempts + 1 >= $5 THEN now() END
+		FROM unnest($1::bigint[], $2::text[]) AS f(id, err)
+		WHERE o.id = f.id AND o.lease_token = $6`
+	rl.sql.release = `UPDATE ` + t + ` SET claimed_until = NULL, lease_token = NULL WHERE id = ANY($1) AND lease_token = $2`
+	return rl, nil
+}
+
+// Start checks the schema, starts listening for notifications and starts the senders. It
+// returns once the relay runs; ctx bounds the start only.
+func (rl *Relay) Start(ctx context.Context) error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.started {
+		return errors.New("outbox: Start called twice")
+	}
+	if err := rl.migrator.CheckCurrent(ctx); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	conn, err := rl.listen(ctx)
+	if err != nil {
+		return err
+	}
+	base := context.WithoutCancel(ctx)
+	rl.stopCtx, rl.stopCancel = context.WithCancelCause(base)
+	rl.workCtx, rl.cancel = context.WithCancelCause(base)
+	rl.wake = make(chan struct{}, rl.cfg.Senders)
+	rl.done = make(chan struct{})
+	rl.started = true
+	rl.wg.Add(1 + rl.cfg.Senders)
+	go rl.listener(conn)
+	for range rl.cfg.Senders {
+		go rl.sender()
+	}
+	go func() { rl.wg.Wait(); close(rl.done) }()
+	return nil
+}
+
+// Stop stops claiming, lets the batches in flight finish and be marked, and returns when every
+// goroutine of the relay has ended. If ctx ends first, the publishes in flight are cancelled
+// (their rows are released, to be published again) and Stop returns context.Cause(ctx) once
+// the goroutines have ended.
+func (rl *Relay) Stop(ctx context.Context) error {
+	rl.mu.Lock()
+	if !rl.started {
+		rl.mu.Unlock()
+		return errors.New("outbox: Stop called on a relay that is not running")
+	}
+	rl.stopped = true
+	rl.mu.Unlock()
+	rl.stopCancel(ErrStopping)
+	select {
+	case <-rl.done:
+		rl.cancel(ErrStopping)
+		return nil
+	case <-ctx.Done():
+		rl.cancel(ErrStopping)
+		<-rl.done
+		return context.Cause(ctx)
+	}
+}
+
+// RelayStats counts what a relay did since Start.
+type RelayStats struct {
+	// Published is the number of messages published and marked sent.
+	Published int64
+	// Failures is the number of failed publishes of a message (each retried later or parked).
+	Failures int64
+	// Parked is the number of messages this relay parked.
+	Parked int64
+	// LostLeases is the number of published messages whose lease had passed to another relay
+	// before they were marked: such a message may be published twice, with the same event id.
+	LostLeases int64
+}
+
+// Stats returns the relay's counters.
+func (rl *Relay) Stats() RelayStats {
+	return RelayStats{Published: rl.published.Load(), Failures: rl.failures.Load(), Parked: rl.parked.Load(), LostLeases: rl.lost.Load()}
+}
+
+// listen opens the relay's own connection (not one of the pool's: it stays in LISTEN for good).
+func (rl *Relay) listen(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, rl.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("outbox: listen: connect: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("outbox: listen: %w", err)
+	}
+	rl.listening.Store(true)
+	return conn, nil
+}
+
+func (rl *Relay) listener(conn *pgx.Conn) {
+	defer rl.wg.Done()
+	ctx := rl.stopCtx
+	for {
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				break
+			}
+			if n.Payload == rl.cfg.Schema {
+				rl.wakeOne()
+			}
+		}
+		rl.listening.Store(false)
+		_ = conn.Close(context.WithoutCancel(ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		rl.cfg.Logger.WarnContext(ctx, "outbox: the LISTEN connection broke; polling until it is back", "schema", rl.cfg.Schema)
+		for conn = nil; conn == nil; {
+			t := time.NewTimer(rl.cfg.PollInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			c, err := rl.listen(ctx)
+			if err == nil {
+				conn = c
+			}
+		}
+		for range rl.cfg.Senders { // notifications may have been missed meanwhile
+			rl.wakeOne()
+		}
+	}
+}
+
+func (rl *Relay) wakeOne() {
+	select {
+	case rl.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (rl *Relay) sender() {
+	defer rl.wg.Done()
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for rl.stopCtx.Err() == nil {
+		n, err := rl.once(rl.workCtx)
+		if err != nil && rl.workCtx.Err() == nil {
+			rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: relay round failed", "schema", rl.cfg.Schema, "error", err)
+		}
+		if err == nil && n == MaxBatchEntries {
+			rl.wakeOne() // more is likely waiting: let another sender take some
+			continue
+		}
+		poll.Reset(rl.cfg.PollInterval)
+		select {
+		case <-rl.stopCtx.Done():
+			return
+		case <-rl.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// once claims up to one batch's worth of rows of one destination, publishes them, and marks
+// each sent or failed. It returns the number of rows claimed.
+func (rl *Relay) once(ctx context.Context) (int, error) {
+	token := newToken()
+	rows, err := rl.claim(ctx, token)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	var sent, failedIDs []int64
+	var failedErrs []string
+	for _, b := range batches(rows, rl.cfg.MaxBatchBytes) {
+		pctx, cancel := context.WithTimeout(ctx, rl.cfg.PublishTimeout)
+		errs := rl.publish(pctx, b)
+		cancel()
+		for i, r := range b {
+			if errs[i] == nil {
+				sent = append(sent, r.id)
+			} else {
+				failedIDs = append(failedIDs, r.id)
+				failedErrs = append(failedErrs, errs[i].Error())
+			}
+		}
+	}
+	// The marks outlive a hard stop: a row published and left unmarked is published again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rl.cfg.PublishTimeout)
+	defer cancel()
+	if ctx.Err() != nil && len(failedIDs) > 0 {
+		// Cancelled by Stop, not refused: release them, with no attempt counted.
+		if _, err := rl.pool.Exec(mctx, rl.sql.release, failedIDs, token); err != nil {
+			return len(rows), fmt.Errorf("outbox: release %d rows: %w", len(failedIDs), err)
+		}
+		failedIDs = nil
+	}
+	var errs []error
+	if len(sent) > 0 {
+		tag, err := rl.pool.Exec(mctx, rl.sql.sent, sent, token)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("outbox: mark %d rows sent (they will be published again when the lease ends): %w", len(sent), err))
+		} else {
+			rl.published.Add(tag.RowsAffected())
+			if lost := int64(len(sent)) - tag.RowsAffected(); lost > 0 {
+				rl.lost.Add(lost)
+				rl.cfg.Logger.WarnContext(ctx, "outbox: lease lost before the rows were marked sent; they may be published twice, with the same event ids",
+					"schema", rl.cfg.Schema, "rows", lost)
+			}
+		}
+	}
+	if len(failedIDs) > 0 {
+		rl.failures.Add(int64(len(failedIDs)))
+		var parked int64
+		err := rl.pool.QueryRow(mctx, "WITH u AS ("+rl.sql.failed+" RETURNING o.parked_at) SELECT count(*) FILTER (WHERE parked_at IS NOT NULL) FROM u",
+			failedIDs, failedErrs, rl.cfg.BackoffMax.Seconds(), rl.cfg.BackoffMin.Seconds(), rl.cfg.MaxAttempts, token).Scan(&parked)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("outbox: mark %d rows failed: %w", len(failedIDs), err))
+		} else if parked > 0 {
+			rl.parked.Add(parked)
+			rl.cfg.Logger.ErrorContext(ctx, "outbox: messages parked after repeated failures", "schema", rl.cfg.Schema,
+				"parked", parked, "max_attempts", rl.cfg.MaxAttempts, "last_error", failedErrs[0])
+		}
+	}
+	return len(rows), errors.Join(errs...)
+}
+
+func (rl *Relay) claim(ctx context.Context, token string) ([]*row, error) {
+	rs, err := rl.pool.Query(ctx, rl.sql.claim, rl.kinds, MaxBatchEntries, rl.cfg.Lease.Seconds(), token)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	var out []*row
+	for rs.Next() {
+		r := &row{}
+		var kind string
+		var attrs []byte
+		if err := rs.Scan(&r.id, &r.eventID, &kind, &r.destination, &r.fifo, &r.body, &attrs, &r.groupID, &r.dedupID, &r.delay); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("outbox: claim: %w", err)
+		}
+		r.kind = Kind(kind)
+		if err := r.decode(attrs); err != nil {
+			rs.Close()
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	// The claim's UPDATE returns rows in no set order; FIFO heads are one per group, but keep
+	// the batch in id order anyway.
+	sortByID(out)
+	return out, nil
+}
+
+func sortByID(rows []*row) {
+	for i := 1; i < len(rows); i++ {
+		for j := i; j > 0 && rows[j].id < rows[j-1].id; j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+}
+
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

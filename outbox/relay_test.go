@@ -1,0 +1,419 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/outbox"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+const waitLong = 60 * time.Second
+
+func skipGoAws(t testing.TB) {
+	t.Helper()
+	if srv.Kind == sqstest.KindGoAws {
+		t.Skip("GoAws v0.5.4 answers SendMessageBatch with empty Successful and Failed lists, so the relay cannot tell which entries were stored; the relay's tests run on the fauxqs pass")
+	}
+}
+
+// startRelay starts a relay on the bundle's schema, stopped when the test ends.
+func (b *bundle) startRelay(t testing.TB, cfg outbox.RelayConfig) *outbox.Relay {
+	t.Helper()
+	cfg.Schema = b.schema
+	if cfg.SQS == nil {
+		cfg.SQS = srv.Client()
+	}
+	cfg.PollInterval = cmpOr(cfg.PollInterval, 200*time.Millisecond)
+	cfg.BackoffMin = cmpOr(cfg.BackoffMin, 20*time.Millisecond)
+	cfg.BackoffMax = cmpOr(cfg.BackoffMax, 100*time.Millisecond)
+	rl, err := outbox.NewRelay(b.pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
+		defer cancel()
+		if err := rl.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return rl
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// add commits msgs in one transaction and returns their event ids.
+func (b *bundle) add(t testing.TB, msgs ...outbox.Message) []string {
+	t.Helper()
+	var ids []string
+	err := pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+		for _, m := range msgs {
+			id, err := b.ob.Add(t.Context(), tx, m)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// receive takes n messages off the queue (deleting each), or fails the test at the deadline.
+func receive(t testing.TB, url string, n int) []sqstypes.Message {
+	t.Helper()
+	var got []sqstypes.Message
+	c := srv.Client()
+	sqstest.WaitFor(t, waitLong, fmt.Sprintf("%d messages", n), func() (bool, string) {
+		out, err := c.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{"All"}}, worker.PlainRequestBodies)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range out.Messages {
+			got = append(got, m)
+			if _, err := c.DeleteMessage(t.Context(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}, worker.PlainRequestBodies); err != nil {
+				return false, err.Error()
+			}
+		}
+		return len(got) >= n, fmt.Sprintf("%d received", len(got))
+	})
+	return got
+}
+
+// empty checks that the queue holds nothing more.
+func empty(t testing.TB, url string) {
+	t.Helper()
+	n, err := sqstest.Count(t.Context(), srv.Client(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d more messages in the queue; want none", n)
+	}
+}
+
+func eventID(m sqstypes.Message) string { return aws.ToString(m.MessageAttributes["event_id"].StringValue) }
+
+// faulty wraps the real client and fails the entries whose body a test names: a fake for the
+// fault only. It records each body it was asked to send.
+type faulty struct {
+	next outbox.SQSClient
+	mu   sync.Mutex
+	fail map[string]int // body -> failures left (-1: always)
+	sent map[string]int
+}
+
+func newFaulty(fail map[string]int) *faulty {
+	return &faulty{next: srv.Client(), fail: fail, sent: map[string]int{}}
+}
+
+func (f *faulty) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	f.mu.Lock()
+	pass := *in
+	pass.Entries = nil
+	var failed []sqstypes.BatchResultErrorEntry
+	for _, e := range in.Entries {
+		body := aws.ToString(e.MessageBody)
+		f.sent[body]++
+		if left := f.fail[body]; left != 0 {
+			f.fail[body] = left - 1
+			failed = append(failed, sqstypes.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InjectedFault"), Message: aws.String("injected for " + body)})
+			continue
+		}
+		pass.Entries = append(pass.Entries, e)
+	}
+	f.mu.Unlock()
+	out := &sqs.SendMessageBatchOutput{}
+	if len(pass.Entries) > 0 {
+		var err error
+		if out, err = f.next.SendMessageBatch(ctx, &pass, optFns...); err != nil {
+			return nil, err
+		}
+	}
+	out.Failed = append(out.Failed, failed...)
+	return out, nil
+}
+
+func (f *faulty) sends(body string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sent[body]
+}
+
+// TestCommittedEventsReachTheQueue checks that a committed event arrives with its event_id
+// attribute, and that a transaction that rolled back publishes nothing.
+func TestCommittedEventsReachTheQueue(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
+	rl := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Hour}) // NOTIFY only
+	ctx := t.Context()
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ob.Add(ctx, tx, outbox.Message{Destination: q.URL, Body: "rolled back"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.add(t, outbox.Message{Destination: q.URL, Body: "committed", Attributes: map[string]outbox.Attribute{
+		"kind": outbox.StringAttribute("OrderPaid"), "n": outbox.NumberAttribute("3"), "bin": outbox.BinaryAttribute([]byte{1, 2})}})
+	got := receive(t, q.URL, 1)
+	if body := aws.ToString(got[0].Body); body != "committed" || eventID(got[0]) != ids[0] {
+		t.Fatalf("got %q with event_id %q; want the committed one, %q", body, eventID(got[0]), ids[0])
+	}
+	if a := got[0].MessageAttributes; aws.ToString(a["kind"].StringValue) != "OrderPaid" || aws.ToString(a["n"].StringValue) != "3" || string(a["bin"].BinaryValue) != "\x01\x02" {
+		t.Fatalf("attributes %v", a)
+	}
+	sqstest.WaitFor(t, waitLong, "the row marked sent", func() (bool, string) {
+		n := b.count(t, "SELECT count(*) FROM "+b.schema+".outbox_messages WHERE sent_at IS NOT NULL")
+		return n == 1, strconv.Itoa(n)
+	})
+	if n := b.count(t, "SELECT count(*) FROM "+b.schema+".outbox_messages"); n != 1 {
+		t.Fatalf("%d rows; want 1 (the rolled-back one never existed)", n)
+	}
+	empty(t, q.URL)
+	if s := rl.Stats(); s.Published != 1 {
+		t.Fatalf("relay stats %+v; want 1 published", s)
+	}
+}
+
+// TestLostNotifyCaughtByPolling checks both ways a NOTIFY is missed: events committed before
+// the relay started, and an event whose notification never came (the trigger disabled).
+func TestLostNotifyCaughtByPolling(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
+	before := b.add(t, outbox.Message{Destination: q.URL, Body: "before start"})
+	b.startRelay(t, outbox.RelayConfig{PollInterval: 300 * time.Millisecond})
+	if got := receive(t, q.URL, 1); eventID(got[0]) != before[0] {
+		t.Fatalf("got %q; want %q", eventID(got[0]), before[0])
+	}
+	if _, err := b.pool.Exec(t.Context(), "ALTER TABLE "+b.schema+".outbox_messages DISABLE TRIGGER outbox_messages_notify"); err != nil {
+		t.Fatal(err)
+	}
+	silent := b.add(t, outbox.Message{Destination: q.URL, Body: "no notify"})
+	if got := receive(t, q.URL, 1); eventID(got[0]) != silent[0] {
+		t.Fatalf("got %q; want %q", eventID(got[0]), silent[0])
+	}
+	empty(t, q.URL)
+}
+
+// TestPartialBatchRetriesOnlyFailed checks that of a batch with two failed entries, only those
+// two are sent again, and every message arrives once.
+func TestPartialBatchRetriesOnlyFailed(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
+	f := newFaulty(map[string]int{"m3": 1, "m7": 1})
+	var msgs []outbox.Message
+	for i := range 10 {
+		msgs = append(msgs, outbox.Message{Destination: q.URL, Body: "m" + strconv.Itoa(i)})
+	}
+	b.add(t, msgs...)
+	rl := b.startRelay(t, outbox.RelayConfig{SQS: f, Senders: 1})
+	got := receive(t, q.URL, 10)
+	seen := map[string]bool{}
+	for _, m := range got {
+		seen[aws.ToString(m.Body)] = true
+	}
+	if len(seen) != 10 {
+		t.Fatalf("received %d distinct of 10", len(seen))
+	}
+	for i := range 10 {
+		body, want := "m"+strconv.Itoa(i), 1
+		if i == 3 || i == 7 {
+			want = 2
+		}
+		if n := f.sends(body); n != want {
+			t.Errorf("%s sent %d times; want %d", body, n, want)
+		}
+	}
+	empty(t, q.URL)
+	if s := rl.Stats(); s.Published != 10 || s.Failures != 2 {
+		t.Fatalf("relay stats %+v; want 10 published, 2 failures", s)
+	}
+}
+
+// TestParkAfterMaxAttempts checks that a message that keeps failing is parked with its error,
+// not dropped, that the others go, and that RetryParked puts it back.
+func TestParkAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
+	f := newFaulty(map[string]int{"poison": 3})
+	ids := b.add(t, outbox.Message{Destination: q.URL, Body: "poison"}, outbox.Message{Destination: q.URL, Body: "fine"})
+	rl := b.startRelay(t, outbox.RelayConfig{SQS: f, MaxAttempts: 3})
+	if got := receive(t, q.URL, 1); aws.ToString(got[0].Body) != "fine" {
+		t.Fatalf("got %q", aws.ToString(got[0].Body))
+	}
+	sqstest.WaitFor(t, waitLong, "the poison message parked", func() (bool, string) {
+		s, err := b.ob.Stats(t.Context())
+		return err == nil && s.Parked == 1, fmt.Sprintf("%+v %v", s, err)
+	})
+	var attempts int
+	var lastErr string
+	if err := b.pool.QueryRow(t.Context(), "SELECT attempts, last_error FROM "+b.schema+".outbox_messages WHERE event_id = $1", ids[0]).Scan(&attempts, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 3 || !strings.Contains(lastErr, "InjectedFault") || f.sends("poison") != 3 {
+		t.Fatalf("attempts %d, sends %d, last error %q; want 3, 3 and the injected fault", attempts, f.sends("poison"), lastErr)
+	}
+	if s := rl.Stats(); s.Parked != 1 {
+		t.Fatalf("relay stats %+v", s)
+	}
+	// The fault is used up; the operator re-queues it and it goes.
+	if n, err := b.ob.RetryParked(t.Context()); err != nil || n != 1 {
+		t.Fatalf("RetryParked = %d, %v", n, err)
+	}
+	if got := receive(t, q.URL, 1); eventID(got[0]) != ids[0] {
+		t.Fatalf("got %q; want %q", eventID(got[0]), ids[0])
+	}
+}
+
+// TestFIFOOrderWithFailingEntry checks that per group order holds when a group's entry fails
+// twice: nothing later in its group passes it, and the other groups go on.
+func TestFIFOOrderWithFailingEntry(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox", FIFO: true})
+	f := newFaulty(map[string]int{"g1-2": 2, "g2-0": 1})
+	var msgs []outbox.Message
+	for i := range 6 {
+		for g := range 3 {
+			msgs = append(msgs, outbox.Message{Destination: q.URL, GroupID: "g" + strconv.Itoa(g), Body: fmt.Sprintf("g%d-%d", g, i)})
+		}
+	}
+	b.add(t, msgs...)
+	b.startRelay(t, outbox.RelayConfig{SQS: f, Senders: 3})
+	got := receive(t, q.URL, len(msgs))
+	order := map[string][]string{}
+	for _, m := range got {
+		g := m.Attributes["MessageGroupId"]
+		order[g] = append(order[g], aws.ToString(m.Body))
+	}
+	for g := range 3 {
+		var want []string
+		for i := range 6 {
+			want = append(want, fmt.Sprintf("g%d-%d", g, i))
+		}
+		if gid := "g" + strconv.Itoa(g); !slices.Equal(order[gid], want) {
+			t.Errorf("group %s arrived as %v; want %v", gid, order[gid], want)
+		}
+	}
+	if f.sends("g1-2") != 3 || f.sends("g1-3") != 1 {
+		t.Fatalf("g1-2 sent %d times, g1-3 %d; want 3 and 1", f.sends("g1-2"), f.sends("g1-3"))
+	}
+	empty(t, q.URL)
+}
+
+// TestTwoRelaysPublishOnce checks that two relays side by side publish each event once.
+func TestTwoRelaysPublishOnce(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
+	r1 := b.startRelay(t, outbox.RelayConfig{Senders: 2})
+	r2 := b.startRelay(t, outbox.RelayConfig{Senders: 2})
+	const n = 200
+	want := map[string]bool{}
+	for i := range n / 20 {
+		var msgs []outbox.Message
+		for j := range 20 {
+			msgs = append(msgs, outbox.Message{Destination: q.URL, Body: fmt.Sprintf("e%d-%d", i, j)})
+		}
+		for _, id := range b.add(t, msgs...) {
+			want[id] = true
+		}
+	}
+	got := receive(t, q.URL, n)
+	seen := map[string]int{}
+	for _, m := range got {
+		seen[eventID(m)]++
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("event %s arrived %d times", id, seen[id])
+		}
+	}
+	empty(t, q.URL)
+	s1, s2 := r1.Stats(), r2.Stats()
+	if s1.Published+s2.Published != n {
+		t.Fatalf("published %d + %d; want %d", s1.Published, s2.Published, n)
+	}
+	t.Logf("relay 1 published %d, relay 2 %d", s1.Published, s2.Published)
+}
+
+// TestSNSTopic checks that an event for a topic reaches a queue subscribed with raw delivery,
+// with its event_id attribute.
+func TestSNSTopic(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	srv.SkipWithoutSNS(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox-sns"})
+	tp := srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "outbox"})
+	srv.Subscribe(t, tp, q, sqstest.SubscribeOptions{Raw: true})
+	sc, err := srv.SNSClient(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := b.add(t, outbox.Message{Destination: tp.ARN, Body: `{"type":"OrderPaid"}`})
+	b.startRelay(t, outbox.RelayConfig{SNS: sc})
+	got := receive(t, q.URL, 1)
+	if aws.ToString(got[0].Body) != `{"type":"OrderPaid"}` || eventID(got[0]) != ids[0] {
+		t.Fatalf("got %q, event_id %q; want event %q", aws.ToString(got[0].Body), eventID(got[0]), ids[0])
+	}
+}
+
+// TestPurgeDeletesOnlyOldSentRows checks the purge's horizon.
+func TestPurgeDeletesOnlyOldSentRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &outbox.Config{Retention: time.Hour})
+	b.add(t, outbox.Message{Destination: queueURL, Body: "old", EventID: "old"},
+		outbox.Message{Destination: queueURL, Body: "new", EventID: "new"},
+		outbox.Message{Destination: queueURL, Body: "unsent", EventID: "unsent"})
+	if _, err := b.pool.Exec(t.Context(), "UPDATE "+b.schema+".outbox_messages SET sent_at = CASE event_id WHEN 'old' THEN now() - interval '2 hours' WHEN 'new' THEN now() END"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.ob.Purge(t.Context())
+	if err != nil || r.Deleted != 1 {
+		t.Fatalf("Purge = %+v, %v; want 1 deleted", r, err)
+	}
+	if n := b.count(t, "SELECT count(*) FROM "+b.schema+".outbox_messages WHERE event_id IN ('new', 'unsent')"); n != 2 {
+		t.Fatalf("%d of the young and unsent rows left; want 2", n)
+	}
+}
