@@ -22,4 +22,44 @@
 // The table outbox_messages lives in a schema ([DefaultSchema] unless Config.Schema says
 // otherwise), and is created only by [Migrate], which records its versions in
 // outbox_schema_migrations, apart from the inbox's.
+// # The relay
+//
+// A [Relay] (built by [NewRelay], run by [Relay.Start] and [Relay.Stop]) claims committed
+// rows, publishes them with SendMessageBatch or PublishBatch (ten entries, within the batch
+// payload limit, each with the event_id attribute), and marks each sent. Only the entries that
+// failed are tried again, after a backoff that doubles from RelayConfig.BackoffMin to
+// BackoffMax; a row that has failed RelayConfig.MaxAttempts times is parked (parked_at, with its
+// last error in last_error), never dropped, until [Outbox.RetryParked] re-queues it.
+// [Outbox.Stats] reports the backlog, its oldest age and the parked rows.
+//
+// The relay wakes on commit: a statement trigger NOTIFYs, and PostgreSQL delivers a
+// notification only when the transaction commits. It listens on a connection of its own, not
+// one of the pool's. Polling every RelayConfig.PollInterval is the fallback: it catches a
+// notification sent while no relay listened, and rows whose backoff has ended.
+//
+// # Why a lease, not row locks held across the publish
+//
+// A relay could claim with SELECT ... FOR UPDATE SKIP LOCKED and keep that transaction open
+// while it calls SQS. It does not: it claims rows by stamping a lease (claimed_until, and a token
+// of its own) in a short transaction, publishes with no transaction open, and then marks the
+// rows in another short statement that checks its token. A transaction held across a network
+// call that the SDK may retry for tens of seconds would sit idle in transaction, where the
+// idle_in_transaction_session_timeout that sqsinbox sets for the inbox's transactions (and that
+// operators set server-wide) would end it, and it would hold a pooled connection and row locks
+// (and hold back vacuum) for as long as SQS is slow. A lease costs one more short statement per
+// claim. RelayConfig.Lease is at least twice RelayConfig.PublishTimeout and a round of batches
+// stays within half of it, so a live relay marks its rows before another may take them. A
+// relay that dies holding a lease delays its rows by at most the lease; one that published and
+// died before marking leaves rows that are published again, with the same event id, for the
+// consuming inbox to absorb (and, on FIFO destinations, with the same deduplication id).
+//
+// # Several relays, and FIFO order
+//
+// Claims take rows FOR UPDATE SKIP LOCKED inside the claiming statement, and the conditions on
+// the row (unsent, not parked, not leased) are checked again on the row version a concurrent
+// claim committed, so two relays never hold the same row at once. For a FIFO queue or topic only
+// a group's head may be claimed: a row whose group has an earlier unsent row (in flight, backing
+// off, or parked) waits. So one message per group is in flight at a time, and a failed entry
+// never lets a later one of its group pass it: a parked head stops its group until it is
+// re-queued. Groups go in parallel.
 package outbox

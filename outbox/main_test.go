@@ -106,4 +106,3 @@ func (b *bundle) count(t testing.TB, sql string, args ...any) int {
 	}
 	return n
 }
-

@@ -37,6 +37,8 @@ const (
 	// again: BackoffMin doubled at each failure, at most BackoffMax.
 	DefaultBackoffMin = time.Second
 	DefaultBackoffMax = 5 * time.Minute
+	// DefaultClaimSize is the number of rows a sender claims at once (five batches).
+	DefaultClaimSize = 50
 	// DefaultMaxBatchBytes is the payload limit of one batch call: 256 KiB (1 MiB on SQS now).
 	DefaultMaxBatchBytes = 256 * 1024
 )
@@ -58,6 +60,12 @@ type RelayConfig struct {
 	// Senders is the number of batches published at once, each by its own goroutine. 0 means
 	// DefaultSenders; negative is an error.
 	Senders int
+
+	// ClaimSize is the number of rows a sender claims in one statement and then publishes in
+	// batches of ten, one batch after the other, before it marks them in one statement: the
+	// database's two round trips are shared by that many messages. 0 means DefaultClaimSize
+	// (50); negative or over 1000 is an error.
+	ClaimSize int
 
 	// PollInterval is how often an idle sender looks for rows without a NOTIFY: it catches
 	// notifications lost while no relay listened, and rows whose backoff ended. 0 means
@@ -94,6 +102,8 @@ func (c *RelayConfig) validate() error {
 		return errors.New("outbox: RelayConfig.SQS and RelayConfig.SNS are both nil; the relay needs a client to publish with")
 	case c.Senders < 0:
 		return fmt.Errorf("outbox: RelayConfig.Senders is %d; it must be positive (0 means %d)", c.Senders, DefaultSenders)
+	case c.ClaimSize < 0 || c.ClaimSize > 1000:
+		return fmt.Errorf("outbox: RelayConfig.ClaimSize is %d; it must be from 1 to 1000 (0 means %d)", c.ClaimSize, DefaultClaimSize)
 	case c.PollInterval < 0:
 		return fmt.Errorf("outbox: RelayConfig.PollInterval is %v; it must be positive (0 means %v)", c.PollInterval, DefaultPollInterval)
 	case c.PublishTimeout < 0:
@@ -145,6 +155,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	c.Schema = cmp.Or(c.Schema, DefaultSchema)
 	c.Senders = cmp.Or(c.Senders, DefaultSenders)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.ClaimSize = cmp.Or(c.ClaimSize, DefaultClaimSize)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
 	c.Lease = cmp.Or(c.Lease, max(DefaultLease, 2*c.PublishTimeout))
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
@@ -333,7 +344,7 @@ func (rl *Relay) sender() {
 		if err != nil && rl.workCtx.Err() == nil {
 			rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: relay round failed", "schema", rl.cfg.Schema, "error", err)
 		}
-		if err == nil && n == MaxBatchEntries {
+		if err == nil && n == rl.cfg.ClaimSize {
 			rl.wakeOne() // more is likely waiting: let another sender take some
 			continue
 		}
@@ -347,7 +358,7 @@ func (rl *Relay) sender() {
 	}
 }
 
-// once claims up to one batch's worth of rows of one destination, publishes them, and marks
+// once claims up to ClaimSize rows of one destination, publishes them, and marks
 // each sent or failed. It returns the number of rows claimed.
 func (rl *Relay) once(ctx context.Context) (int, error) {
 	token := newToken()
@@ -355,10 +366,21 @@ func (rl *Relay) once(ctx context.Context) (int, error) {
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
-	var sent, failedIDs []int64
+	var sent, failedIDs, unsent []int64
 	var failedErrs []string
+	// The batches are published one after the other, all within half the lease, so that the
+	// rows are marked before the lease can pass to another relay. Batches not begun by then are
+	// released untried.
+	round, cancelRound := context.WithTimeout(ctx, rl.cfg.Lease/2)
+	defer cancelRound()
 	for _, b := range batches(rows, rl.cfg.MaxBatchBytes) {
-		pctx, cancel := context.WithTimeout(ctx, rl.cfg.PublishTimeout)
+		if round.Err() != nil {
+			for _, r := range b {
+				unsent = append(unsent, r.id)
+			}
+			continue
+		}
+		pctx, cancel := context.WithTimeout(round, rl.cfg.PublishTimeout)
 		errs := rl.publish(pctx, b)
 		cancel()
 		for i, r := range b {
@@ -373,12 +395,14 @@ func (rl *Relay) once(ctx context.Context) (int, error) {
 	// The marks outlive a hard stop: a row published and left unmarked is published again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rl.cfg.PublishTimeout)
 	defer cancel()
-	if ctx.Err() != nil && len(failedIDs) > 0 {
+	if ctx.Err() != nil {
 		// Cancelled by Stop, not refused: release them, with no attempt counted.
-		if _, err := rl.pool.Exec(mctx, rl.sql.release, failedIDs, token); err != nil {
-			return len(rows), fmt.Errorf("outbox: release %d rows: %w", len(failedIDs), err)
+		unsent, failedIDs = append(unsent, failedIDs...), nil
+	}
+	if len(unsent) > 0 {
+		if _, err := rl.pool.Exec(mctx, rl.sql.release, unsent, token); err != nil {
+			return len(rows), fmt.Errorf("outbox: release %d rows: %w", len(unsent), err)
 		}
-		failedIDs = nil
 	}
 	var errs []error
 	if len(sent) > 0 {
@@ -411,7 +435,7 @@ func (rl *Relay) once(ctx context.Context) (int, error) {
 }
 
 func (rl *Relay) claim(ctx context.Context, token string) ([]*row, error) {
-	rs, err := rl.pool.Query(ctx, rl.sql.claim, rl.kinds, MaxBatchEntries, rl.cfg.Lease.Seconds(), token)
+	rs, err := rl.pool.Query(ctx, rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}

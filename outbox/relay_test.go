@@ -117,7 +117,9 @@ func empty(t testing.TB, url string) {
 	}
 }
 
-func eventID(m sqstypes.Message) string { return aws.ToString(m.MessageAttributes["event_id"].StringValue) }
+func eventID(m sqstypes.Message) string {
+	return aws.ToString(m.MessageAttributes["event_id"].StringValue)
+}
 
 // faulty wraps the real client and fails the entries whose body a test names: a fake for the
 // fault only. It records each body it was asked to send.
