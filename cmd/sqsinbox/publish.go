@@ -63,33 +63,63 @@ type snsPublisher interface {
 	Publish(ctx context.Context, in *sns.PublishInput, optFns ...func(*sns.Options)) (*sns.PublishOutput, error)
 }
 
-// publisher publishes send's batches to a topic: with PublishBatch, or, once the server has
-// answered that it has no PublishBatch, one Publish per message.
+// publisher publishes send's batches to a topic: with PublishBatch, in smaller batches once the
+// server has refused a batch as too large (GoAws v0.5.4 takes at most nine), or with one Publish
+// per message once the server has answered that it has no PublishBatch.
 type publisher struct {
 	c        snsPublisher
 	topicARN string
 	stderr   io.Writer
+	max      int  // the most entries per PublishBatch the server took; 0 before any refusal
 	single   bool // the server has no PublishBatch
 }
 
+// errTooMany is a PublishBatch refused for its number of entries.
+var errTooMany = errors.New("too many entries in the batch")
+
 // publish publishes up to ten entries (send's SQS entries: the body, its event_id attribute
-// and the FIFO ids carry over as they are), retrying only the ones that failed.
+// and the FIFO ids carry over as they are).
 func (p *publisher) publish(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error {
-	pending := make([]snstypes.PublishBatchRequestEntry, len(batch))
+	entries := make([]snstypes.PublishBatchRequestEntry, len(batch))
 	for i, en := range batch {
-		pending[i] = snsEntry(strconv.Itoa(i), en)
+		entries[i] = snsEntry(strconv.Itoa(i), en)
 	}
+	for len(entries) > 0 {
+		n := len(entries)
+		if p.max > 0 {
+			n = min(n, p.max)
+		}
+		err := p.publishBatch(ctx, entries[:n])
+		if errors.Is(err, errTooMany) && n > 1 {
+			p.max = n - 1
+			fmt.Fprintf(p.stderr, "sqsinbox send: the server refused a batch of %d: %v; publishing at most %d at a time\n", n, err, p.max)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		entries = entries[n:]
+	}
+	return nil
+}
+
+// publishBatch publishes one batch, retrying only the entries that failed.
+func (p *publisher) publishBatch(ctx context.Context, pending []snstypes.PublishBatchRequestEntry) error {
 	for attempt := 1; ; attempt++ {
 		if p.single {
 			return p.publishEach(ctx, pending)
 		}
 		out, err := p.c.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(p.topicARN), PublishBatchRequestEntries: pending})
-		if err != nil {
-			if noBatch(err) {
-				p.single = true
-				fmt.Fprintf(p.stderr, "sqsinbox send: the server has no PublishBatch (%s); publishing one message at a time\n", apiError(err))
-				continue
-			}
+		var ae smithy.APIError
+		switch {
+		case err == nil:
+		case noBatch(err):
+			p.single = true
+			fmt.Fprintf(p.stderr, "sqsinbox send: the server has no PublishBatch (%s); publishing one message at a time\n", apiError(err))
+			continue
+		case errors.As(err, &ae) && strings.HasSuffix(ae.ErrorCode(), "TooManyEntriesInBatchRequest"):
+			return fmt.Errorf("%w (%s)", errTooMany, ae.ErrorCode())
+		default:
 			return fmt.Errorf("publish to %s: %s", topicName(p.topicARN), apiError(err))
 		}
 		if len(out.Failed) == 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,27 +21,42 @@ import (
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 )
 
-// The send --topic-arn tests publish to SNS on fauxqs (the SNS tests skip on GoAws: see
-// sqstest.Server.SNSSupported) and read what each subscribed queue received.
+// The send --topic-arn tests publish to SNS and read what each subscribed queue received. Raw
+// delivery is tested on both servers; SNS envelopes, FIFO topics and filter policies on fauxqs
+// only (GoAws's envelopes are malformed: see sqstest.Server.SNSSupported).
 
-// TestSendToTopic (fauxqs): every line is published --repeat times with its event_id attribute;
-// a raw subscription gets it as an SQS attribute, an enveloped one in the envelope.
+// TestSendToTopic (GoAws and fauxqs): every line is published --repeat times with its event_id
+// attribute; a raw subscription gets it as an SQS attribute, an enveloped one (fauxqs only) in
+// the envelope. Twelve lines make two batches: on GoAws, which refuses a batch of ten, send says
+// so once and publishes nine at a time.
 func TestSendToTopic(t *testing.T) {
-	srv.SkipWithoutSNS(t)
 	t.Parallel()
+	envelopes, _ := srv.SNSSupported()
 	topic := srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "cli-topic"})
 	raw := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-raw"})
-	env := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-env"})
 	srv.Subscribe(t, topic, raw, sqstest.SubscribeOptions{Raw: true})
-	srv.Subscribe(t, topic, env, sqstest.SubscribeOptions{})
-	in := `{"id":"evt_1","order_id":"o-1"}` + "\n" + `{"id":"evt_2","order_id":"o-2"}` + "\n" + `{"id":"evt_3","order_id":"o-3"}` + "\n"
-	r := cli(t, in, "send", "--topic-arn", topic.ARN, "--repeat", "2").mustOK(t)
-	if want := "published 6 messages (3 lines × 2) to " + topic.Name; !strings.Contains(r.stdout, want) {
+	var env *sqstest.Queue
+	if envelopes {
+		env = srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-env"})
+		srv.Subscribe(t, topic, env, sqstest.SubscribeOptions{})
+	}
+	var in strings.Builder
+	var want []string
+	for i := range 6 {
+		id := fmt.Sprintf("evt_%d", i)
+		fmt.Fprintf(&in, `{"id":%q,"order_id":"o-%d"}`+"\n", id, i)
+		want = append(want, id, id)
+	}
+	r := cli(t, in.String(), "send", "--topic-arn", topic.ARN, "--repeat", "2").mustOK(t)
+	if want := "published 12 messages (6 lines × 2) to " + topic.Name; !strings.Contains(r.stdout, want) {
 		t.Fatalf("stdout %q, want %q", r.stdout, want)
 	}
-	want := []string{"evt_1", "evt_1", "evt_2", "evt_2", "evt_3", "evt_3"}
+	refusals := strings.Count(r.stderr, "the server refused a batch of 10")
+	if srv.GoAws != (refusals == 1) || refusals > 1 {
+		t.Errorf("stderr says %d times that a batch of 10 was refused (GoAws: %v):\n%s", refusals, srv.GoAws, r.stderr)
+	}
 	var got []string
-	for _, m := range receiveAll(t, raw.URL, 6) {
+	for _, m := range receiveAll(t, raw.URL, 12) {
 		key := aws.ToString(m.MessageAttributes["event_id"].StringValue)
 		if !strings.Contains(aws.ToString(m.Body), `"id":"`+key+`"`) {
 			t.Errorf("raw: body %s with event_id %q", aws.ToString(m.Body), key)
@@ -50,8 +66,11 @@ func TestSendToTopic(t *testing.T) {
 	if slices.Sort(got); !slices.Equal(got, want) {
 		t.Errorf("raw subscription: event_ids %v, want %v", got, want)
 	}
+	if env == nil {
+		return
+	}
 	got = nil
-	for _, m := range receiveAll(t, env.URL, 6) {
+	for _, m := range receiveAll(t, env.URL, 12) {
 		var e struct {
 			Type, TopicArn, Message string
 			MessageAttributes       map[string]struct{ Type, Value string }
@@ -96,10 +115,10 @@ func TestSendToFIFOTopic(t *testing.T) {
 	}
 }
 
-// TestSendToTopicWithoutPublishBatch (fauxqs, behind a proxy that answers PublishBatch as an
-// older server does, with InvalidAction): send says so once and publishes one message at a time.
+// TestSendToTopicWithoutPublishBatch (GoAws and fauxqs, behind a proxy that answers PublishBatch
+// as an older server does, with InvalidAction): send says so once and publishes one message at a
+// time.
 func TestSendToTopicWithoutPublishBatch(t *testing.T) {
-	srv.SkipWithoutSNS(t)
 	topic := srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "cli-topic-single"})
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-topic-single"})
 	srv.Subscribe(t, topic, q, sqstest.SubscribeOptions{Raw: true})
