@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/examples/loyalty/loyalty"
 	"github.com/sqsinbox/sqsinbox/examples/warehouse/warehouse"
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
@@ -26,10 +26,10 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
-// The queue the demo uses: the warehouse example's, as localstack/ and terraform/ create it.
+// The topic and queues the demo uses: the warehouse and loyalty examples', as localstack/ and
+// terraform/ create them. Each queue has a DLQ named after it ("warehouse-dlq").
 const (
-	queueName       = "warehouse"
-	dlqName         = "warehouse-dlq"
+	topicName       = "order-paid"
 	maxReceiveCount = 5
 	retention       = 4 * 24 * time.Hour
 	dlqRetention    = 14 * 24 * time.Hour
@@ -39,8 +39,9 @@ const (
 
 // The event of the story.
 const (
-	storyEvent = "evt_9f3k"
-	storyOrder = "ord_7731"
+	storyEvent    = "evt_9f3k"
+	storyOrder    = "ord_7731"
+	storyCustomer = "cus_42"
 )
 
 func run(ctx context.Context, o options) (err error) {
@@ -84,31 +85,37 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	dbDesc = "PostgreSQL " + strings.Fields(pgVersion)[0] + " (" + dbDesc + ")"
 
-	// SQS.
+	// SQS and SNS: fauxqs unless SQSINBOX_TEST_SQS says goaws or the environment names a server.
 	sqsDesc := "AWS_ENDPOINT_URL_SQS=" + os.Getenv("AWS_ENDPOINT_URL_SQS")
 	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" && os.Getenv("AWS_ENDPOINT_URL") == "" {
-		say("Starting GoAws %s (built from the Go module proxy on first use)...", sqstest.GoAwsVersion)
-		sqsDesc = "GoAws " + sqstest.GoAwsVersion + " (started here)"
+		if os.Getenv(sqstest.EnvServer) == "" {
+			restore := setEnv(sqstest.EnvServer, string(sqstest.KindFauxqs))
+			defer restore() // after srv.Close, which sets back only what Start changed
+		}
+		if sqstest.Kind(os.Getenv(sqstest.EnvServer)) == sqstest.KindGoAws {
+			say("Starting GoAws %s (built from the Go module proxy on first use)...", sqstest.GoAwsVersion)
+			sqsDesc = "GoAws " + sqstest.GoAwsVersion + " (started here)"
+		} else {
+			say("Starting fauxqs %s (installed with npm on first use)...", sqstest.FauxqsVersion)
+			sqsDesc = "fauxqs " + sqstest.FauxqsVersion + " (started here)"
+		}
 	}
 	srv, err := sqstest.Start(ctx)
 	if err != nil {
 		return fail("starting the SQS server", err)
 	}
-	defer func() {
-		if srv.GoAws && os.Getenv("SQSINBOX_TEST_GOAWS") == "1" && strings.HasPrefix(sqsDesc, "GoAws") {
-			// sqstest pointed this process's AWS environment at the GoAws it started: undo that.
-			_ = os.Unsetenv("AWS_ENDPOINT_URL_SQS")
-			_ = os.Unsetenv("SQSINBOX_TEST_GOAWS")
-		}
-		srv.Close()
-	}()
-	if !srv.GoAws && os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
+	defer srv.Close() // it also sets back the AWS environment it pointed at the server it started
+	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
 		sqsDesc = "AWS_ENDPOINT_URL=" + os.Getenv("AWS_ENDPOINT_URL")
 	}
 	client := srv.Client()
-	queueURL, dlqURL, created, err := ensureQueue(ctx, client)
+	snsClient, err := srv.SNSClient(ctx)
 	if err != nil {
-		return fail("creating the queue", err)
+		return err
+	}
+	fan, err := ensureFanout(ctx, srv, snsClient)
+	if err != nil {
+		return fail("creating the topic and its queues", err)
 	}
 
 	// Migrations.
@@ -118,80 +125,105 @@ func run(ctx context.Context, o options) (err error) {
 	if _, err := warehouse.Migrate(ctx, pool); err != nil {
 		return fail("migrating the warehouse", err)
 	}
+	if _, err := loyalty.Migrate(ctx, pool); err != nil {
+		return fail("migrating loyalty", err)
+	}
 
-	// The worker.
+	// The workers: warehouse and loyalty, each on its own queue, each with its own inbox rows.
 	ib, err := inbox.New(pool, &inbox.Config{Logger: o.Log})
 	if err != nil {
 		return err
 	}
-	h, err := warehouse.New(ib)
+	wh, err := warehouse.New(ib)
 	if err != nil {
 		return err
 	}
-	m := newCounters()
-	w, err := worker.New(client, &worker.Config{
-		QueueURL:    queueURL,
-		Handler:     h,
-		Concurrency: concurrency,
-		WaitTime:    2 * time.Second, // short long polls make the stop at the end quick
-		Logger:      o.Log,
-		Metrics:     m,
-	})
+	ly, err := loyalty.New(ib)
 	if err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
-		return fail("starting the worker", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-		defer cancel()
-		if serr := w.Stop(sctx); serr != nil {
-			_ = w.StopAndCancel(sctx)
-			if err == nil {
-				err = fmt.Errorf("stopping the worker: %w", serr)
-			}
+	fan.subs[0].handler, fan.subs[1].handler = wh, ly
+	for _, sub := range fan.subs {
+		sub.m = newCounters()
+		var w *worker.Worker
+		w, err = worker.New(client, &worker.Config{ // err, not a new one: the deferred stop sets it
+			QueueURL:    sub.url,
+			Handler:     sub.handler,
+			Concurrency: concurrency,
+			WaitTime:    2 * time.Second, // short long polls make the stop at the end quick
+			Logger:      o.Log,
+			Metrics:     sub.m,
+		})
+		if err != nil {
+			return err
 		}
-	}()
-	how := "existing"
-	if created {
-		how = "created, with " + dlqName + " and maxReceiveCount " + strconv.Itoa(maxReceiveCount)
+		if err := w.Start(ctx); err != nil {
+			return fail("starting the "+sub.name+" worker", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+			defer cancel()
+			if serr := w.Stop(sctx); serr != nil {
+				_ = w.StopAndCancel(sctx)
+				if err == nil {
+					err = fmt.Errorf("stopping the %s worker: %w", sub.name, serr)
+				}
+			}
+		}()
 	}
-	say("SQS:        %s, queue %s (%s)", sqsDesc, queueName, how)
+	say("SQS, SNS:   %s, topic %s", sqsDesc, topicName)
+	for _, sub := range fan.subs {
+		say("            -> queue %-9s %s (%s)", sub.name, sub.delivery(), sub.how)
+	}
 	say("PostgreSQL: %s", dbDesc)
-	say("Worker:     warehouse handler, %d at once, inbox schema %s", concurrency, inbox.DefaultSchema)
+	say("Workers:    warehouse and loyalty handlers, %d at once each, inbox schema %s", concurrency, inbox.DefaultSchema)
 	say("")
 
-	// The story: evt_9f3k, twice.
-	story := event{ID: storyEvent, OrderID: storyOrder, CustomerID: "cus_42", Amount: 4999}
+	// The story: evt_9f3k published once, then once more.
+	story := event{ID: storyEvent, OrderID: storyOrder, CustomerID: storyCustomer, Amount: 4999}
 	for i := range 2 {
 		if i == 1 {
-			say("          (in the story the worker crashed after the commit, before the delete, so SQS delivers it again)")
+			say("          (in the story the producer's Publish timed out after SNS took it, so it published evt_9f3k again:")
+			say("           both queues get it a second time)")
 			if err := sleep(ctx, o.Pause); err != nil {
 				return fail("waiting between the deliveries", err)
 			}
 		}
-		before := m.snapshot()
-		if err := sqstest.Send(ctx, client, queueURL, []sqstest.Message{story.message()}); err != nil {
-			return fail("sending "+storyEvent, err)
+		before := fan.snapshots()
+		if err := sqstest.Publish(ctx, snsClient, fan.topicARN, []sqstest.Message{story.message()}); err != nil {
+			return fail("publishing "+storyEvent, err)
 		}
-		if err := waitFor(ctx, time.Minute, func() (bool, error) {
-			return m.handled() > before.handled(), nil
-		}); err != nil {
+		if err := waitFor(ctx, time.Minute, func() (bool, error) { return fan.handledSince(before, 1), nil }); err != nil {
 			return fail("waiting for "+storyEvent, err)
 		}
 		tasks, err := warehouse.PickTasks(ctx, pool, []string{storyOrder})
 		if err != nil {
 			return fail("counting pick tasks", err)
 		}
-		outcome := "processed: order " + storyOrder + " is PICKING, a box heads for the door"
-		if m.snapshot().duplicates > before.duplicates {
-			outcome = "duplicate: the inbox has its row; deleted, no second box"
-			if i == 0 {
-				outcome = "duplicate: an earlier run against this database processed it; deleted, no second box"
-			}
+		points, err := loyalty.Points(ctx, pool)
+		if err != nil {
+			return fail("reading points", err)
 		}
-		say("%s  %s delivery %d: %s (pick tasks: %d)", time.Now().Format("15:04:05"), storyEvent, i+1, outcome, tasks[storyOrder])
+		effects := []string{
+			fmt.Sprintf("processed: order %s is PICKING, a box heads for the door (pick tasks: %d)", storyOrder, tasks[storyOrder]),
+			fmt.Sprintf("processed: %s earns %d points (points: %d)", storyCustomer, loyalty.PointsPerOrder, points[storyCustomer]),
+		}
+		for j, sub := range fan.subs {
+			outcome := effects[j]
+			if sub.m.snapshot().duplicates > before[j].duplicates {
+				what := []string{"no second box (pick tasks: %d)", "no second %d points (points: %d)"}[j]
+				args := [][]any{{tasks[storyOrder]}, {loyalty.PointsPerOrder, points[storyCustomer]}}[j]
+				outcome = "duplicate: the inbox has its row; deleted, " + fmt.Sprintf(what, args...)
+				if i == 0 {
+					outcome = "duplicate: an earlier run against this database processed it; deleted, " + fmt.Sprintf(what, args...)
+				}
+			}
+			lead := fmt.Sprintf("%s  %s publish %d:", time.Now().Format("15:04:05"), storyEvent, i+1)
+			if j > 0 {
+				lead = strings.Repeat(" ", len(lead))
+			}
+			say("%s %-9s %s", lead, sub.name, outcome)
+		}
 	}
 	say("")
 
@@ -203,97 +235,153 @@ func run(ctx context.Context, o options) (err error) {
 	for _, e := range events {
 		ids, eventIDs = append(ids, e.OrderID), append(eventIDs, e.ID)
 	}
-	var earlier int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sqsinbox.processed_messages WHERE handler = $1 AND event_id = ANY($2)`,
-		warehouse.HandlerName, eventIDs[1:]).Scan(&earlier); err != nil {
-		return fail("reading the inbox", err)
+	// What an earlier run against this database applied already: those events are duplicates
+	// now, for both handlers, and earn no points.
+	earlier := map[string]map[string]bool{}
+	for _, sub := range fan.subs {
+		done, err := processed(ctx, pool, sub.name, eventIDs[1:])
+		if err != nil {
+			return fail("reading the inbox", err)
+		}
+		earlier[sub.name] = done
+	}
+	pointsBefore, err := loyalty.Points(ctx, pool)
+	if err != nil {
+		return fail("reading points", err)
 	}
 	msgs := messages(events)
-	say("Sending %s more OrderPaid events as %s messages (a fifth of them 2 to 5 times, shuffled)...",
-		thousands(len(events)), thousands(len(msgs)))
+	say("Publishing %s more OrderPaid events as %s messages to %s (a fifth of them 2 to 5 times, shuffled)...",
+		thousands(len(events)), thousands(len(msgs)), topicName)
 	loadStart := time.Now()
-	before := m.snapshot()
-	if err := sqstest.Send(ctx, client, queueURL, msgs); err != nil {
-		return fail("sending", err)
+	before := fan.snapshots()
+	if err := sqstest.Publish(ctx, snsClient, fan.topicARN, msgs); err != nil {
+		return fail("publishing", err)
 	}
 	sendTime := time.Since(loadStart)
 	lastReport := time.Now()
-	if err := waitFor(ctx, time.Minute+time.Duration(len(msgs))*10*time.Millisecond, func() (bool, error) {
-		done := m.handled() - before.handled()
+	if err := waitFor(ctx, time.Minute+time.Duration(len(msgs))*20*time.Millisecond, func() (bool, error) {
 		if time.Since(lastReport) > 5*time.Second {
-			say("  ... %s of %s messages handled", thousands(done), thousands(len(msgs)))
+			var parts []string
+			for j, sub := range fan.subs {
+				parts = append(parts, fmt.Sprintf("%s %s", sub.name, thousands(sub.m.handled()-before[j].handled())))
+			}
+			say("  ... of %s messages per queue, handled: %s", thousands(len(msgs)), strings.Join(parts, ", "))
 			lastReport = time.Now()
 		}
-		if done < len(msgs) {
+		if !fan.handledSince(before, len(msgs)) {
 			return false, nil
 		}
-		n, err := sqstest.Count(ctx, client, queueURL)
-		return err == nil && n == 0, nil
-	}); err != nil {
-		n, _ := sqstest.Count(context.WithoutCancel(ctx), client, queueURL)
-		d := -1
-		if dlqURL != "" {
-			d, _ = sqstest.Count(context.WithoutCancel(ctx), client, dlqURL)
+		for _, sub := range fan.subs {
+			if n, err := sqstest.Count(ctx, client, sub.url); err != nil || n != 0 {
+				return false, nil
+			}
 		}
-		return fail(fmt.Sprintf("waiting for the queue to drain (%d handled of %d, %d left in the queue, %d in the DLQ)",
-			m.handled()-before.handled(), len(msgs), n, d), err)
+		return true, nil
+	}); err != nil {
+		var parts []string
+		for j, sub := range fan.subs {
+			n, _ := sqstest.Count(context.WithoutCancel(ctx), client, sub.url)
+			d := -1
+			if sub.dlqURL != "" {
+				d, _ = sqstest.Count(context.WithoutCancel(ctx), client, sub.dlqURL)
+			}
+			parts = append(parts, fmt.Sprintf("%s: %d handled of %d, %d left in the queue, %d in the DLQ",
+				sub.name, sub.m.handled()-before[j].handled(), len(msgs), n, d))
+		}
+		return fail("waiting for the queues to drain ("+strings.Join(parts, "; ")+")", err)
 	}
 	loadTime := time.Since(loadStart)
 
+	// The effects: one pick task per order; 50 points per event new to loyalty.
 	tasks, err := warehouse.PickTasks(ctx, pool, ids)
 	if err != nil {
 		return fail("counting pick tasks", err)
 	}
-	lo, hi, bad := 1<<31, 0, 0
+	lo, hi, badTasks := 1<<31, 0, 0
 	for _, id := range ids {
 		n := tasks[id]
 		lo, hi = min(lo, n), max(hi, n)
 		if n != 1 {
-			bad++
+			badTasks++
 		}
 	}
-	total := m.snapshot()
-	deliveries := len(msgs) + 2
-	left, err := sqstest.Count(ctx, client, queueURL)
+	pointsAfter, err := loyalty.Points(ctx, pool)
 	if err != nil {
-		return fail("reading the queue's depth", err)
+		return fail("reading points", err)
 	}
-	inDLQ := 0
-	if dlqURL != "" {
-		if inDLQ, err = sqstest.Count(ctx, client, dlqURL); err != nil {
-			return fail("reading the DLQ's depth", err)
+	wantPoints := map[string]int64{}
+	for _, e := range events {
+		if !earlier[loyalty.HandlerName][e.ID] {
+			wantPoints[e.CustomerID] += loyalty.PointsPerOrder
+		}
+	}
+	badPoints := 0
+	for c, want := range wantPoints {
+		if pointsAfter[c]-pointsBefore[c] != want {
+			badPoints++
 		}
 	}
 
 	say("")
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
-	row("events sent", thousands(len(events)+1))
-	row("messages sent (deliveries)", thousands(deliveries))
-	row("processed (one effect each)", thousands(total.processed))
-	row("duplicates suppressed", thousands(total.duplicates))
-	if total.failed > 0 {
-		row("failed and retried", thousands(total.failed))
+	row := func(k string, v ...string) {
+		v = append(v, "", "")
+		say("  %-29s %9s  %9s", k, v[0], v[1])
 	}
-	row("left in the queue / its DLQ", fmt.Sprintf("%d / %d", left, inDLQ))
-	row("pick tasks per order", fmt.Sprintf("min %d, max %d, over %s orders", lo, hi, thousands(len(ids))))
-	row("time taken", fmt.Sprintf("%.1fs in all; the %s messages were sent in %.1fs and drained %.1fs after the first was sent (%s/s)",
+	row("", "warehouse", "loyalty")
+	row("events published", thousands(len(events)+1), "")
+	row("messages published", thousands(len(msgs)+2), "")
+	var cells [6][]string
+	for _, sub := range fan.subs {
+		total := sub.m.snapshot()
+		rows, err := inboxRows(ctx, pool, sub.name, eventIDs)
+		if err != nil {
+			return fail("reading the inbox", err)
+		}
+		left, err := sqstest.Count(ctx, client, sub.url)
+		if err != nil {
+			return fail("reading the queue's depth", err)
+		}
+		inDLQ := 0
+		if sub.dlqURL != "" {
+			if inDLQ, err = sqstest.Count(ctx, client, sub.dlqURL); err != nil {
+				return fail("reading the DLQ's depth", err)
+			}
+		}
+		cells[0] = append(cells[0], thousands(total.handled()+total.failed))
+		cells[1] = append(cells[1], thousands(total.processed))
+		cells[2] = append(cells[2], thousands(total.duplicates))
+		cells[3] = append(cells[3], thousands(total.failed))
+		cells[4] = append(cells[4], thousands(rows))
+		cells[5] = append(cells[5], fmt.Sprintf("%d / %d", left, inDLQ))
+	}
+	row("delivered to the queue", cells[0]...)
+	row("processed (one effect each)", cells[1]...)
+	row("duplicates suppressed", cells[2]...)
+	if cells[3][0] != "0" || cells[3][1] != "0" {
+		row("failed and retried", cells[3]...)
+	}
+	row("inbox rows (handler, event)", cells[4]...)
+	row("left in the queue / its DLQ", cells[5]...)
+	say("  pick tasks per order: min %d, max %d, over %s orders; points: %d per new event, for %s customers",
+		lo, hi, thousands(len(ids)), loyalty.PointsPerOrder, thousands(len(wantPoints)-badPoints))
+	say("  time taken: %.1fs in all; the %s messages were published in %.1fs, and both queues drained %.1fs after the first was published (%s deliveries/s)",
 		time.Since(start).Seconds(), thousands(len(msgs)), sendTime.Seconds(), loadTime.Seconds(),
-		thousands(int(float64(len(msgs))/loadTime.Seconds()))))
-	_ = tw.Flush()
-	if earlier > 0 {
-		say("\n  %s of the events were processed by an earlier run against this database: the inbox remembered them.", thousands(earlier))
+		thousands(int(float64(len(fan.subs)*len(msgs))/loadTime.Seconds())))
+	if n := len(earlier[warehouse.HandlerName]); n > 0 {
+		say("\n  %s of the events were processed by an earlier run against this database: the inbox remembered them.", thousands(n))
 	}
-	if bad > 0 {
-		return fmt.Errorf("%d orders have a number of pick tasks other than 1", bad)
+	if badTasks > 0 || badPoints > 0 {
+		return fmt.Errorf("%d orders have a number of pick tasks other than 1, %d customers a number of points other than 50 per event", badTasks, badPoints)
 	}
-	say("\nEvery order has exactly one pick task: each event took effect once, however often it was delivered.")
+	say("\nEvery order has exactly one pick task and every event earned its points once: each handler applied each")
+	say("event once, however often it was published and delivered.")
 	return nil
 }
 
-// ensureQueue returns the warehouse queue, creating it and its dead-letter queue first when it
+// ensureQueue returns the queue queueName, creating it and its dead-letter queue first when it
 // does not exist.
-func ensureQueue(ctx context.Context, c *sqs.Client) (url, dlqURL string, created bool, err error) {
+func ensureQueue(ctx context.Context, c *sqs.Client, queueName string) (url, dlqURL string, created bool, err error) {
+	dlqName := queueName + "-dlq"
 	if out, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(queueName)}); err == nil {
 		if d, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(dlqName)}); err == nil {
 			dlqURL = aws.ToString(d.QueueUrl)
