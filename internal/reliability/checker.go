@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,10 @@ type Effect struct {
 	Key    string
 	Value  string
 	Worker string
+	// Group is the message's FIFO group, or empty; GroupSeq is the effect's place in the commit
+	// order of its group (1, 2, ...).
+	Group    string
+	GroupSeq int64
 }
 
 // DLQMessage is one message read from the dead-letter queue.
@@ -76,6 +81,11 @@ type Report struct {
 	Redelivered int
 	// BusinessMismatch: the stacking business write differs from the effect count. Must be 0.
 	BusinessMismatch int64
+	// Groups: FIFO message groups with effects. Misordered: effects of a group that committed
+	// after an effect of an event sent later in the same group (or in another group than the
+	// event was sent in). Must be 0. Redriven events are left out: a redrive puts an event
+	// behind its group by policy.
+	Groups, Misordered int
 
 	// Checks are the scenario's own failed conditions (a fault that did not happen, a hot loop,
 	// a worker that crashed); Notes are its measurements.
@@ -99,6 +109,7 @@ func (r *Report) Problems() []string {
 	add(int64(r.RedriveSecondEffects), "second effects after redrive")
 	add(int64(r.DeletesUncommitted), "deletes not preceded by a committed inbox row")
 	add(r.BusinessMismatch, "business write mismatch")
+	add(int64(r.Misordered), "effects committed out of send order in their group")
 	return append(p, r.Checks...)
 }
 
@@ -243,8 +254,62 @@ func Check(o Observations) Report {
 		}
 	}
 	r.BusinessMismatch = o.TotalsSum - int64(len(o.Effects))
+	r.checkOrder(o, ex)
 	sort.Strings(r.Examples)
 	return r
+}
+
+// checkOrder compares, in each FIFO group, the order in which the effects committed with the
+// order in which their events were sent: the place of an event is its first send the queue did
+// not refuse.
+func (r *Report) checkOrder(o Observations, ex func(format string, args ...any)) {
+	type place struct {
+		seq   int64
+		group string
+	}
+	sent := map[string]place{}
+	for _, s := range o.Sends {
+		if s.Group == "" || s.Status == SendFailed || IsPoison(s.Kind) {
+			continue
+		}
+		if p, ok := sent[s.Key]; !ok || s.Seq < p.seq {
+			sent[s.Key] = place{s.Seq, s.Group}
+		}
+	}
+	redriven := map[string]bool{}
+	for _, k := range o.Redriven {
+		redriven[k] = true
+	}
+	groups := map[string][]Effect{}
+	for _, e := range o.Effects {
+		if e.Group != "" {
+			groups[e.Group] = append(groups[e.Group], e)
+		}
+	}
+	r.Groups = len(groups)
+	for g, effs := range groups {
+		sort.Slice(effs, func(i, j int) bool { return effs[i].GroupSeq < effs[j].GroupSeq })
+		var last Effect
+		var lastSeq int64
+		for _, e := range effs {
+			p, ok := sent[e.Key]
+			switch {
+			case redriven[e.Key]:
+				continue
+			case !ok:
+				continue // never sent to a group: counted as unexpected
+			case p.group != g:
+				r.Misordered++
+				ex("misordered: key %s sent in group %s committed in group %s", e.Key, p.group, g)
+			case p.seq < lastSeq:
+				r.Misordered++
+				ex("misordered: group %s: key %s (sent #%d) committed as #%d, after key %s (sent #%d) committed as #%d",
+					g, e.Key, p.seq, e.GroupSeq, last.Key, lastSeq, last.GroupSeq)
+			default:
+				last, lastSeq = e, p.seq
+			}
+		}
+	}
 }
 
 // Observe loads the run's effects and business totals and its delete logs, and adds the sends
@@ -254,13 +319,13 @@ func (r *Run) Observe(ctx context.Context, sends []Send, d *DrainResult) (Observ
 	if d != nil {
 		o.DLQ, o.Redriven, o.EffectsBeforeRedrive = d.DLQ, d.Redriven, d.EffectsBeforeRedrive
 	}
-	rows, err := r.Pool.Query(ctx, `SELECT key, value, worker FROM `+r.Schema+`.effects`)
+	rows, err := r.Pool.Query(ctx, `SELECT key, value, worker, coalesce(grp, ''), coalesce(grp_seq, 0) FROM `+r.Schema+`.effects`)
 	if err != nil {
 		return o, err
 	}
 	for rows.Next() {
 		var e Effect
-		if err := rows.Scan(&e.Key, &e.Value, &e.Worker); err != nil {
+		if err := rows.Scan(&e.Key, &e.Value, &e.Worker, &e.Group, &e.GroupSeq); err != nil {
 			rows.Close()
 			return o, err
 		}
@@ -280,15 +345,19 @@ func (r *Run) Observe(ctx context.Context, sends []Send, d *DrainResult) (Observ
 // WriteTable prints reports as a table.
 func WriteTable(w io.Writer, reports []Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmsgs\twkrs\tsecs\tsent ok/fail/unk\teffected\tlost\tdup\tunexp\tunk→effected\tpoison→DLQ\tprocessed-in-DLQ\tredriven(2nd)\tredelivered\tdeletes\tdel w/o commit\tunverified\tresult\t")
+	fmt.Fprintln(tw, "scenario\tmsgs\twkrs\tsecs\tsent ok/fail/unk\teffected\tlost\tdup\tmisordered\tunexp\tunk→effected\tpoison→DLQ\tprocessed-in-DLQ\tredriven(2nd)\tredelivered\tdeletes\tdel w/o commit\tunverified\tresult\t")
 	for _, r := range reports {
 		res := "PASS"
 		if len(r.Problems()) > 0 {
 			res = "FAIL"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d/%d/%d\t%d/%d\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d\t%d(%d)\t%d\t%d\t%d\t%d\t%s\t\n",
+		order := "-" // no FIFO groups
+		if r.Groups > 0 {
+			order = strconv.Itoa(r.Misordered)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d/%d/%d\t%d/%d\t%d\t%d\t%s\t%d\t%d/%d\t%d/%d\t%d\t%d(%d)\t%d\t%d\t%d\t%d\t%s\t\n",
 			r.Scenario, r.Messages, r.Workers, r.Duration.Seconds(), r.SentOK, r.SentFailed, r.SentUnknown,
-			r.Effected, r.Keys, r.Lost, r.Duplicated, r.Unexpected, r.UnknownEffected, r.UnknownSends,
+			r.Effected, r.Keys, r.Lost, r.Duplicated, order, r.Unexpected, r.UnknownEffected, r.UnknownSends,
 			r.PoisonInDLQ, r.PoisonSent, r.ProcessedInDLQ, r.Redriven, r.RedriveSecondEffects,
 			r.Redelivered, r.Deletes, r.DeletesUncommitted, r.DeletesUnverified, res)
 	}

@@ -20,6 +20,24 @@ func TestCheck(t *testing.T) {
 	del := func(seq int64, key, st string) reliability.DeleteRecord {
 		return reliability.DeleteRecord{Seq: seq, Key: key, Status: st}
 	}
+	// fifo adds two FIFO groups to o: g1, g2, g3 in group g and h1, h2 in group h, sent in that
+	// order (interleaved), and effects committed in the order given, each "key#n" being the
+	// effect of key as the n-th commit of its group.
+	fifo := func(o *reliability.Observations, commits ...string) {
+		for i, k := range []string{"g1", "h1", "g2", "h2", "g3"} {
+			s := ok(int64(11+i), k)
+			s.Group = k[:1]
+			o.Sends = append(o.Sends, s)
+		}
+		for _, c := range commits {
+			k, n, _ := strings.Cut(c, "#")
+			e := eff(k)
+			e.Group, e.GroupSeq = k[:1], int64(n[0]-'0')
+			o.Effects = append(o.Effects, e)
+		}
+		o.TotalsSum = int64(len(o.Effects))
+	}
+	inOrder := []string{"g1#1", "h1#1", "g2#2", "h2#2", "g3#3"}
 	base := func() reliability.Observations {
 		return reliability.Observations{
 			Sends:     []reliability.Send{ok(1, "a"), ok(2, "b"), {Seq: 3, Kind: reliability.KindMissingKey, Status: reliability.SendOK}},
@@ -82,6 +100,52 @@ func TestCheck(t *testing.T) {
 			o.Effects, o.TotalsSum = append(o.Effects, eff("a")), 3
 		}},
 		{name: "business write mismatch", problem: "business write mismatch: 1", mutate: func(o *reliability.Observations) { o.TotalsSum = 3 }},
+		{name: "FIFO groups committed in send order", mutate: func(o *reliability.Observations) {
+			fifo(o, inOrder...)
+		}, check: func(r reliability.Report) bool { return r.Groups == 2 && r.Misordered == 0 && r.Effected == 7 }},
+		// The rows' order in the log does not matter, only each group's commit numbers.
+		{name: "FIFO commit numbers decide, not the log's order", mutate: func(o *reliability.Observations) {
+			fifo(o, "g3#3", "h2#2", "g2#2", "h1#1", "g1#1")
+		}, check: func(r reliability.Report) bool { return r.Groups == 2 && r.Misordered == 0 }},
+		{name: "FIFO commit out of send order", problem: "effects committed out of send order in their group: 1", mutate: func(o *reliability.Observations) {
+			fifo(o, "g1#1", "h1#1", "g3#2", "h2#2", "g2#3")
+		}},
+		{name: "FIFO head committed last", problem: "effects committed out of send order in their group: 1", mutate: func(o *reliability.Observations) {
+			fifo(o, "g2#1", "h1#1", "g3#2", "h2#2", "g1#3")
+		}},
+		{name: "FIFO effect in another group than its send", problem: "effects committed out of send order in their group: 1", mutate: func(o *reliability.Observations) {
+			fifo(o, "g1#1", "h1#1", "g2#2", "h2#2", "g3#3")
+			o.Effects[len(o.Effects)-3].Group = "h" // g2 recorded in group h, at its end
+			o.Effects[len(o.Effects)-3].GroupSeq = 3
+		}},
+		{name: "FIFO interleaving across groups is free", mutate: func(o *reliability.Observations) {
+			fifo(o, "h2#2", "g3#3", "h1#1", "g2#2", "g1#1")
+		}},
+		// A redrive puts an event behind its group by policy.
+		{name: "FIFO redriven event committed last", mutate: func(o *reliability.Observations) {
+			fifo(o, "g1#1", "h1#1", "g3#2", "h2#2", "g2#3")
+			o.Redriven, o.EffectsBeforeRedrive = []string{"g2"}, 1
+		}},
+		// A send the queue refused has no place: the retry's place counts.
+		{name: "FIFO refused first send", mutate: func(o *reliability.Observations) {
+			fifo(o, "g1#1", "h1#1", "g3#2", "h2#2", "g2#3")
+			for i := range o.Sends {
+				if o.Sends[i].Key == "g2" {
+					o.Sends[i].Status = reliability.SendFailed
+				}
+			}
+			o.Sends = append(o.Sends, reliability.Send{Seq: 16, Key: "g2", Value: "vg2", Kind: reliability.KindGood, Group: "g", Status: reliability.SendOK})
+		}},
+		// A retry after an unknown outcome (deduplicated by the queue) keeps the first place.
+		{name: "FIFO retried unknown send keeps its place", problem: "effects committed out of send order in their group: 1", mutate: func(o *reliability.Observations) {
+			fifo(o, "g1#1", "h1#1", "g3#2", "h2#2", "g2#3")
+			for i := range o.Sends {
+				if o.Sends[i].Key == "g2" {
+					o.Sends[i].Status = reliability.SendUnknown
+				}
+			}
+			o.Sends = append(o.Sends, reliability.Send{Seq: 16, Key: "g2", Value: "vg2", Kind: reliability.KindGood, Group: "g", Status: reliability.SendOK})
+		}},
 		{name: "redeliveries counted", mutate: func(o *reliability.Observations) {
 			o.Deletes = append(o.Deletes, del(1, "", reliability.Received), del(1, "", reliability.Received), del(2, "", reliability.Received))
 		}, check: func(r reliability.Report) bool { return r.Redelivered == 1 && r.Deletes == 2 }},

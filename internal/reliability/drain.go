@@ -80,8 +80,10 @@ func (r *Run) Drain(ctx context.Context, o DrainOptions) (*DrainResult, error) {
 			res.EffectsBeforeRedrive += n
 		}
 	}
-	if err := r.deleteAll(ctx, r.Queue.DLQURL, handles); err != nil {
-		return res, err
+	if !r.FIFO { // a FIFO DLQ's messages were deleted as they were read
+		if err := r.deleteAll(ctx, r.Queue.DLQURL, handles); err != nil {
+			return res, err
+		}
 	}
 	if len(redrive) == 0 {
 		return res, nil
@@ -93,6 +95,12 @@ func (r *Run) Drain(ctx context.Context, o DrainOptions) (*DrainResult, error) {
 		entries := make([]types.SendMessageBatchRequestEntry, n)
 		for i, m := range redrive[:n] {
 			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: m.Body, MessageAttributes: m.MessageAttributes}
+			if r.FIFO {
+				// Behind the rest of its group, with a new deduplication ID: the old one may be
+				// within its 5-minute window, and the copy would be dropped.
+				entries[i].MessageGroupId = aws.String(m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)])
+				entries[i].MessageDeduplicationId = aws.String("redrive-" + aws.ToString(m.MessageId))
+			}
 		}
 		if _, err := r.Client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(r.Queue.URL), Entries: entries}); err != nil {
 			return res, fmt.Errorf("reliability: redrive: %w", err)
@@ -107,7 +115,9 @@ func (r *Run) Drain(ctx context.Context, o DrainOptions) (*DrainResult, error) {
 		return res, err
 	}
 	if len(again) > 0 {
-		_ = r.deleteAll(ctx, r.Queue.DLQURL, handles)
+		if !r.FIFO {
+			_ = r.deleteAll(ctx, r.Queue.DLQURL, handles)
+		}
 		return res, fmt.Errorf("reliability: %d redriven messages went back to the DLQ", len(again))
 	}
 	return res, nil
@@ -171,25 +181,31 @@ func (r *Run) drainQueue(ctx context.Context, wc WorkerConfig, res *DrainResult)
 }
 
 // readDLQ receives every message of the DLQ (holding them invisible) until several consecutive
-// empty receives.
+// empty receives. A FIFO DLQ's messages are deleted as they are read instead: one held
+// invisible would hide the rest of its group.
 func (r *Run) readDLQ(ctx context.Context) ([]DLQMessage, []types.Message, error) {
 	var out []DLQMessage
 	var raw []types.Message
 	seen := map[string]bool{}
-	// Read until three consecutive empty receives and, on GoAws (whose count includes the
-	// messages we hold), until the count matches what was read, for up to 150 s more: a
-	// receive whose response was lost hides its messages for the visibility timeout (120 s).
+	// Read until three consecutive empty receives and, on a server with exact counts (which
+	// include the messages we hold), until the count matches what was read, for up to 150 s
+	// more: a receive whose response was lost hides its messages for the visibility timeout
+	// (120 s).
 	deadline := time.Now().Add(150 * time.Second)
 	for empty := 0; ; {
 		if empty >= 3 {
-			if !r.GoAws || time.Now().After(deadline) {
+			if !r.exactCounts || time.Now().After(deadline) {
 				break
 			}
 			n, err := r.Count(ctx, r.Queue.DLQURL)
 			if err != nil {
 				return nil, nil, fmt.Errorf("reliability: count the DLQ: %w", err)
 			}
-			if n <= len(raw) {
+			held := len(raw)
+			if r.FIFO {
+				held = 0
+			}
+			if n <= held {
 				break
 			}
 			if r.dlqMismatch == "" {
@@ -226,6 +242,11 @@ func (r *Run) readDLQ(ctx context.Context) ([]DLQMessage, []types.Message, error
 			}
 			out = append(out, d)
 			raw = append(raw, m)
+		}
+		if r.FIFO {
+			if err := r.deleteAll(ctx, r.Queue.DLQURL, res.Messages); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	return out, raw, nil

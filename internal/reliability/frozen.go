@@ -3,7 +3,6 @@ package reliability
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"syscall"
 	"time"
 
@@ -63,14 +62,10 @@ func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox)
 	}
 	config := func(id string) (WorkerConfig, error) {
 		c := r.WorkerConfig(id)
-		u, err := url.Parse(r.DBURL)
-		if err != nil {
+		var err error
+		if c.DatabaseURL, err = withApplicationName(r.DBURL, r.Schema+"-"+id); err != nil { // its sessions in pg_stat_activity
 			return c, err
 		}
-		q := u.Query()
-		q.Set("application_name", r.Schema+"-"+id) // its sessions in pg_stat_activity
-		u.RawQuery = q.Encode()
-		c.DatabaseURL = u.String()
 		c.Concurrency, c.HandlerTimeout, c.Backoff = 4, handlerTimeout, 200*time.Millisecond
 		c.LockTimeout, c.IdleInTransactionTimeout = ib.lock, ib.idle
 		return c, nil

@@ -17,7 +17,7 @@ import (
 )
 
 // The scenarios run against a real PostgreSQL (pgtest) and a real SQS-compatible server
-// (sqstest: GoAws, or AWS_ENDPOINT_URL_SQS). Worker processes are this test binary re-executed:
+// (sqstest: GoAws, fauxqs with SQSINBOX_TEST_SQS=fauxqs, or AWS_ENDPOINT_URL_SQS). Worker processes are this test binary re-executed:
 // TestMain runs reliability.WorkerMain instead of the tests when reliability.EnvWorker is set.
 var env *reliability.Env
 
@@ -99,6 +99,11 @@ func runScenario(t *testing.T, name string, s reliability.Size) *reliability.Rep
 	}
 	if sc == nil {
 		t.Fatalf("no scenario %q", name)
+	}
+	if sc.Skip != nil {
+		if why := sc.Skip(env); why != "" {
+			t.Skip(why)
+		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()

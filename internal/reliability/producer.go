@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,11 @@ type Event struct {
 	Key   string // the event key; for poison kinds, what goes on the wire
 	Value string
 	Kind  string
+	// Group is the MessageGroupId on a FIFO queue; empty on a standard queue.
+	Group string
+	// Dedup is the MessageDeduplicationId on a FIFO queue. Empty means the key: a retried send
+	// of the event is then dropped by the queue within its 5-minute deduplication window.
+	Dedup string
 }
 
 // GoodEvents returns n good events with keys prefix-i and unique values.
@@ -59,6 +65,17 @@ func GoodEvents(prefix string, n int) []Event {
 	out := make([]Event, n)
 	for i := range out {
 		out[i] = Event{Key: fmt.Sprintf("%s-%06d", prefix, i), Value: fmt.Sprintf("v-%s-%06d-%s", prefix, i, randHex(3)), Kind: KindGood}
+	}
+	return out
+}
+
+// FIFOEvents returns n good events in groups message groups, in send order: event i is the
+// (i/groups)-th of group i%groups, so that any run of up to groups consecutive events holds one
+// event of each group.
+func FIFOEvents(prefix string, n, groups int) []Event {
+	out := GoodEvents(prefix, n)
+	for i := range out {
+		out[i].Group = fmt.Sprintf("%s-g%03d", prefix, i%groups)
 	}
 	return out
 }
@@ -87,6 +104,8 @@ type Producer struct {
 	Timeout time.Duration
 	// Parallel is the number of concurrent senders. 0 means 4.
 	Parallel int
+	// Batch is the number of messages per SendMessageBatch call, at most 10. 0 means 10.
+	Batch int
 
 	seq   atomic.Int64
 	mu    sync.Mutex
@@ -95,20 +114,30 @@ type Producer struct {
 
 // Send is the record of one SQS message the producer tried to create.
 type Send struct {
-	Seq    int64
-	Key    string
-	Value  string
-	Kind   string
+	Seq   int64
+	Key   string
+	Value string
+	Kind  string
+	// Group is the event's MessageGroupId (FIFO), or empty.
+	Group  string
 	Status string
 }
 
-// Send sends events in batches of ten, spread evenly over spread (0: as fast as possible).
+// Send sends events in batches of Batch (10), spread evenly over spread (0: as fast as
+// possible). Each batch's failed and unknown sends are retried before its sender takes another
+// batch, so with Parallel 1 the queue accepts the events in the order given (on a FIFO queue:
+// a retry of a stored message is dropped as a duplicate, and the next batch waits for it). That
+// holds within each message group as long as a batch holds at most one event of a group.
 func (p *Producer) Send(ctx context.Context, events []Event, spread time.Duration) error {
 	par := p.Parallel
 	if par == 0 {
 		par = 4
 	}
-	batches := (len(events) + 9) / 10
+	size := p.Batch
+	if size <= 0 || size > 10 {
+		size = 10
+	}
+	batches := (len(events) + size - 1) / size
 	var interval time.Duration
 	if spread > 0 && batches > 0 {
 		interval = spread / time.Duration(batches)
@@ -122,7 +151,7 @@ func (p *Producer) Send(ctx context.Context, events []Event, spread time.Duratio
 				break
 			}
 		}
-		batch := events[b*10 : min(len(events), b*10+10)]
+		batch := events[b*size : min(len(events), b*size+size)]
 		g.Go(func() error { return p.sendBatch(ctx, batch) })
 	}
 	return g.Wait()
@@ -219,7 +248,12 @@ func entry(id string, seq int64, ev Event) types.SendMessageBatchRequestEntry {
 	default:
 		body = mustJSON(Body{ID: ev.Key, Value: ev.Value, Seq: seq})
 	}
-	return types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(body), MessageAttributes: attrs}
+	e := types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(body), MessageAttributes: attrs}
+	if ev.Group != "" {
+		e.MessageGroupId = aws.String(ev.Group)
+		e.MessageDeduplicationId = aws.String(cmp.Or(ev.Dedup, ev.Key))
+	}
+	return e
 }
 
 func mustJSON(v any) string {
@@ -234,7 +268,7 @@ func (p *Producer) record(rows []sendRow) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range rows {
-		p.sends = append(p.sends, Send{Seq: r.seq, Key: r.ev.Key, Value: r.ev.Value, Kind: r.ev.Kind, Status: r.status})
+		p.sends = append(p.sends, Send{Seq: r.seq, Key: r.ev.Key, Value: r.ev.Value, Kind: r.ev.Kind, Group: r.ev.Group, Status: r.status})
 	}
 }
 

@@ -55,7 +55,7 @@ func (e *Env) logf(format string, args ...any) {
 	}
 }
 
-// Run is one scenario's world: a fresh schema (inbox, effects, totals), a queue with a
+// Run is one scenario's world: a fresh schema (inbox, effects, totals, groups), a queue with a
 // dead-letter queue, and a directory for the delete logs.
 type Run struct {
 	Env    *Env
@@ -68,8 +68,10 @@ type Run struct {
 	Pool   *pgxpool.Pool
 	Client Client
 	// GoAws says Client is GoAws (its counts include in-flight messages).
-	GoAws    bool
-	Queue    *sqstest.Queue
+	GoAws bool
+	Queue *sqstest.Queue
+	// FIFO says Queue is a FIFO queue.
+	FIFO     bool
 	AuditDir string
 	Started  time.Time
 	// Size is the scenario's size (it scales the drain's deadline).
@@ -79,7 +81,9 @@ type Run struct {
 
 	procs   []*Proc
 	logFile *os.File
-	// What the DLQ read found odd (GoAws), for the report's notes.
+	// exactCounts says the server's counts are exact, not approximate (GoAws, fauxqs).
+	exactCounts bool
+	// What the DLQ read found odd, for the report's notes.
 	dlqMismatch string
 	dlqDupIDs   int
 }
@@ -96,6 +100,8 @@ type RunOptions struct {
 	Visibility time.Duration
 	// MaxReceive is the redrive policy's maxReceiveCount. 0 means 10.
 	MaxReceive int
+	// FIFO makes the new queue (and its DLQ) FIFO queues.
+	FIFO bool
 	// Size is the scenario's size.
 	Size Size
 }
@@ -106,10 +112,11 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 	if db == nil {
 		db = e.DB
 	}
-	r := &Run{Env: e, Name: name, Schema: "rel_" + randHex(5), DBURL: db.URL, Client: o.Client, Queue: o.Queue, Started: time.Now(), Size: o.Size}
+	r := &Run{Env: e, Name: name, Schema: "rel_" + randHex(5), DBURL: db.URL, Client: o.Client, Queue: o.Queue, Started: time.Now(), Size: o.Size, FIFO: o.FIFO}
 	if r.Client == nil {
 		r.Client = plainClient{e.SQS.Client()}
 		r.GoAws = e.SQS.GoAws
+		r.exactCounts = e.SQS.Kind == sqstest.KindGoAws || e.SQS.Kind == sqstest.KindFauxqs
 	}
 	dir := e.Dir
 	if dir == "" {
@@ -139,9 +146,13 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 	}
 	s := r.Schema
 	for _, q := range []string{
-		// No unique key: a second effect of the same event must show.
+		// No unique key: a second effect of the same event must show. On a FIFO queue, grp is
+		// the message group and grp_seq the effect's place in its group's commit order.
 		`CREATE TABLE ` + s + `.effects (key text NOT NULL, value text NOT NULL, worker text NOT NULL, attempt int NOT NULL,
-			committed_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+			committed_at timestamptz NOT NULL DEFAULT clock_timestamp(), grp text, grp_seq bigint)`,
+		// One counter per message group, taken in the effect's transaction: its row lock is held
+		// until the commit, so within a group the numbers it hands out follow the commit order.
+		`CREATE TABLE ` + s + `.groups (grp text PRIMARY KEY, n bigint NOT NULL)`,
 		// The stacking business write: a second effect would also count twice here.
 		`CREATE TABLE ` + s + `.totals (bucket int PRIMARY KEY, n bigint NOT NULL)`,
 	} {
@@ -159,7 +170,7 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 		if mr == 0 {
 			mr = 10
 		}
-		if r.Queue, err = e.SQS.CreateQueueErr(ctx, sqstest.QueueOptions{Prefix: "rel-" + name, VisibilityTimeout: vis, MaxReceiveCount: mr}); err != nil {
+		if r.Queue, err = e.SQS.CreateQueueErr(ctx, sqstest.QueueOptions{Prefix: "rel-" + name, VisibilityTimeout: vis, MaxReceiveCount: mr, FIFO: o.FIFO}); err != nil {
 			r.Pool.Close()
 			return nil, err
 		}

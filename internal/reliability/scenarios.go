@@ -39,7 +39,10 @@ type Scenario struct {
 	Doc string
 	// ExpectFail is true for the control run of a broken worker: the checker must flag it.
 	ExpectFail bool
-	Run        func(ctx context.Context, e *Env, s Size) (*Report, error)
+	// Skip, if set, says why the scenario cannot run against e's servers ("" when it can). The
+	// tests skip it with that reason, the soak command reports it.
+	Skip func(e *Env) string
+	Run  func(ctx context.Context, e *Env, s Size) (*Report, error)
 }
 
 // Scenarios lists every scenario, in fault order.
@@ -49,6 +52,10 @@ func Scenarios() []Scenario {
 			Doc: "a deliberately broken worker deletes before it commits and is killed in between: the checker must report lost messages and deletes without a committed row"},
 		{Name: "sigkill", Fault: 1, Run: runSigkill,
 			Doc: "worker processes SIGKILLed at random points, repeatedly, and restarted"},
+		{Name: "fifo-sigkill", Fault: 1, Skip: skipGoAwsFIFO, Run: runFIFOSigkill,
+			Doc: "the same on a FIFO queue with several message groups, each kill while the process holds an open inbox transaction: each group's effects must commit in send order (not on GoAws)"},
+		{Name: "control-fifo-ack-before-commit", Fault: 1, ExpectFail: true, Skip: skipGoAwsFIFO, Run: runFIFOControl,
+			Doc: "workers that delete each FIFO message before its transaction: the checker must report effects committed out of send order (not on GoAws)"},
 		{Name: "sigstop", Fault: 2, Run: runSigstop,
 			Doc: "a worker process SIGSTOPped for longer than the visibility timeout, then SIGCONTed"},
 		{Name: "frozen-claim-holder", Fault: 2, Run: runFrozenClaimHolder,

@@ -77,7 +77,7 @@ type WorkerConfig struct {
 	LockTimeout, IdleInTransactionTimeout time.Duration
 	// Mode is ModeNormal or ModeAckBeforeCommit.
 	Mode string
-	// CrashAt is the ack after which a ModeAckBeforeCommit worker kills itself.
+	// CrashAt is the ack after which a ModeAckBeforeCommit worker kills itself. 0 means never.
 	CrashAt int
 
 	// Wrap, in-process only, decorates the SQS client below the audit (fault injection).
@@ -231,9 +231,14 @@ type Body struct {
 }
 
 // recordingFunc is the handler: an effect row and a stacking business write, in the inbox's
-// transaction.
+// transaction. A message of a FIFO group also takes the next number of its group's counter row
+// into its effect row: the row stays locked until the transaction ends, so the numbers of the
+// committed effects of a group follow their commit order.
 func recordingFunc(cfg WorkerConfig) inboxhandler.Func {
 	effects := `INSERT INTO ` + cfg.Schema + `.effects (key, value, worker, attempt) VALUES ($1, $2, $3, $4)`
+	grouped := `WITH next AS (INSERT INTO ` + cfg.Schema + `.groups AS c (grp, n) VALUES ($5, 1)
+			ON CONFLICT (grp) DO UPDATE SET n = c.n + 1 RETURNING n)
+		INSERT INTO ` + cfg.Schema + `.effects (key, value, worker, attempt, grp, grp_seq) SELECT $1, $2, $3, $4, $5, n FROM next`
 	totals := `INSERT INTO ` + cfg.Schema + `.totals (bucket, n) VALUES ($1, 1) ON CONFLICT (bucket) DO UPDATE SET n = totals.n + 1`
 	return func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 		key, _, _ := inbox.EventKey(ctx)
@@ -254,12 +259,18 @@ func recordingFunc(cfg WorkerConfig) inboxhandler.Func {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, effects, key, b.Value, cfg.ID, m.ReceiveCount); err != nil {
+		var err error
+		if m.GroupID != "" {
+			_, err = tx.Exec(ctx, grouped, key, b.Value, cfg.ID, m.ReceiveCount, m.GroupID)
+		} else {
+			_, err = tx.Exec(ctx, effects, key, b.Value, cfg.ID, m.ReceiveCount)
+		}
+		if err != nil {
 			return err
 		}
 		h := fnv.New32a()
 		_, _ = io.WriteString(h, key)
-		_, err := tx.Exec(ctx, totals, int(h.Sum32()%16))
+		_, err = tx.Exec(ctx, totals, int(h.Sum32()%16))
 		return err
 	}
 }
