@@ -104,47 +104,32 @@ func (p *publisher) publish(ctx context.Context, batch []types.SendMessageBatchR
 }
 
 // publishBatch publishes one batch, retrying only the entries that failed.
-func (p *publisher) publishBatch(ctx context.Context, pending []snstypes.PublishBatchRequestEntry) error {
-	for attempt := 1; ; attempt++ {
-		if p.single {
-			return p.publishEach(ctx, pending)
-		}
-		out, err := p.c.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(p.topicARN), PublishBatchRequestEntries: pending})
-		var ae smithy.APIError
-		switch {
-		case err == nil:
-		case noBatch(err):
-			p.single = true
-			fmt.Fprintf(p.stderr, "sqsinbox send: the server has no PublishBatch (%s); publishing one message at a time\n", apiError(err))
-			continue
-		case errors.As(err, &ae) && strings.HasSuffix(ae.ErrorCode(), "TooManyEntriesInBatchRequest"):
-			return fmt.Errorf("%w (%s)", errTooMany, ae.ErrorCode())
-		default:
-			return fmt.Errorf("publish to %s: %s", topicName(p.topicARN), apiError(err))
-		}
-		if len(out.Failed) == 0 {
-			return nil
-		}
-		if attempt == 5 {
-			f := out.Failed[0]
-			return fmt.Errorf("publish to %s: %s failed 5 times, e.g. %s: %s", topicName(p.topicARN), plural(len(out.Failed), "message"),
-				aws.ToString(f.Code), aws.ToString(f.Message))
-		}
-		failed := map[string]bool{}
-		for _, f := range out.Failed {
-			failed[aws.ToString(f.Id)] = true
-		}
-		var next []snstypes.PublishBatchRequestEntry
-		for _, en := range pending {
-			if failed[aws.ToString(en.Id)] {
-				next = append(next, en)
+func (p *publisher) publishBatch(ctx context.Context, entries []snstypes.PublishBatchRequestEntry) error {
+	what := "publish to " + topicName(p.topicARN)
+	return retryFailed(ctx, what, entries, func(e snstypes.PublishBatchRequestEntry) string { return aws.ToString(e.Id) },
+		func(pending []snstypes.PublishBatchRequestEntry) ([]batchFailure, error) {
+			if p.single {
+				return nil, p.publishEach(ctx, pending)
 			}
-		}
-		pending = next
-		if err := sleepUntil(ctx, time.Now().Add(time.Duration(attempt)*200*time.Millisecond)); err != nil {
-			return err
-		}
-	}
+			out, err := p.c.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(p.topicARN), PublishBatchRequestEntries: pending})
+			var ae smithy.APIError
+			switch {
+			case err == nil:
+			case noBatch(err):
+				p.single = true
+				fmt.Fprintf(p.stderr, "sqsinbox send: the server has no PublishBatch (%s); publishing one message at a time\n", apiError(err))
+				return nil, p.publishEach(ctx, pending)
+			case errors.As(err, &ae) && strings.HasSuffix(ae.ErrorCode(), "TooManyEntriesInBatchRequest"):
+				return nil, fmt.Errorf("%w (%s)", errTooMany, ae.ErrorCode())
+			default:
+				return nil, fmt.Errorf("%s: %s", what, apiError(err))
+			}
+			failed := make([]batchFailure, len(out.Failed))
+			for i, f := range out.Failed {
+				failed[i] = batchFailure{aws.ToString(f.Id), aws.ToString(f.Code), aws.ToString(f.Message)}
+			}
+			return failed, nil
+		})
 }
 
 // publishEach publishes each entry with its own Publish call.

@@ -238,3 +238,30 @@ func (p *actionProxy) count(action string) int {
 	defer p.mu.Unlock()
 	return p.calls[action]
 }
+
+// TestRetryFailed: a batch call is repeated with only the entries it listed as failed, and after
+// five calls that still list failures the error names the first one.
+func TestRetryFailed(t *testing.T) {
+	t.Parallel()
+	var calls [][]string
+	failing := map[string]int{"b": 2, "c": 9} // how many more calls list each as failed
+	send := func(batch []string) ([]batchFailure, error) {
+		calls = append(calls, slices.Clone(batch))
+		var failed []batchFailure
+		for _, e := range batch {
+			if failing[e] > 0 {
+				failing[e]--
+				failed = append(failed, batchFailure{e, "Throttled", "slow down " + e})
+			}
+		}
+		return failed, nil
+	}
+	err := retryFailed(t.Context(), "send to q", []string{"a", "b", "c"}, func(s string) string { return s }, send)
+	want := [][]string{{"a", "b", "c"}, {"b", "c"}, {"b", "c"}, {"c"}, {"c"}}
+	if !slices.EqualFunc(calls, want, slices.Equal) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+	if err == nil || err.Error() != "send to q: 1 message failed 5 times, e.g. Throttled: slow down c" {
+		t.Errorf("error %v", err)
+	}
+}

@@ -354,28 +354,44 @@ func sendBatch(ctx context.Context, c *sqs.Client, url string, entries []types.S
 		en.Id = aws.String(strconv.Itoa(i))
 		pending[i] = en
 	}
+	what := "send to " + lastPart(url)
+	return retryFailed(ctx, what, pending, func(e types.SendMessageBatchRequestEntry) string { return aws.ToString(e.Id) },
+		func(pending []types.SendMessageBatchRequestEntry) ([]batchFailure, error) {
+			out, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: pending})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s", what, apiError(err))
+			}
+			// GoAws answers with empty Successful and Failed lists; only listed failures are retried.
+			failed := make([]batchFailure, len(out.Failed))
+			for i, f := range out.Failed {
+				failed[i] = batchFailure{aws.ToString(f.Id), aws.ToString(f.Code), aws.ToString(f.Message)}
+			}
+			return failed, nil
+		})
+}
+
+// batchFailure is an entry that a batch call (SendMessageBatch, PublishBatch) listed as failed.
+type batchFailure struct{ id, code, message string }
+
+// retryFailed calls send with the entries, then again with only the ones it listed as failed,
+// pausing a little longer each time, up to five calls. what names the call in the error.
+func retryFailed[E any](ctx context.Context, what string, pending []E, id func(E) string, send func([]E) ([]batchFailure, error)) error {
 	for attempt := 1; ; attempt++ {
-		out, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: pending})
-		if err != nil {
-			return fmt.Errorf("send to %s: %s", lastPart(url), apiError(err))
-		}
-		// GoAws answers with empty Successful and Failed lists; only listed failures are retried.
-		if len(out.Failed) == 0 {
-			return nil
+		failed, err := send(pending)
+		if err != nil || len(failed) == 0 {
+			return err
 		}
 		if attempt == 5 {
-			f := out.Failed[0]
-			return fmt.Errorf("send to %s: %s failed 5 times, e.g. %s: %s", lastPart(url), plural(len(out.Failed), "message"),
-				aws.ToString(f.Code), aws.ToString(f.Message))
+			return fmt.Errorf("%s: %s failed 5 times, e.g. %s: %s", what, plural(len(failed), "message"), failed[0].code, failed[0].message)
 		}
-		failed := map[string]bool{}
-		for _, f := range out.Failed {
-			failed[aws.ToString(f.Id)] = true
+		ids := map[string]bool{}
+		for _, f := range failed {
+			ids[f.id] = true
 		}
-		var next []types.SendMessageBatchRequestEntry
-		for _, en := range pending {
-			if failed[aws.ToString(en.Id)] {
-				next = append(next, en)
+		var next []E
+		for _, e := range pending {
+			if ids[id(e)] {
+				next = append(next, e)
 			}
 		}
 		pending = next
