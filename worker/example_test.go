@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"os/signal"
 	"syscall"
 	"time"
@@ -12,9 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqsfake"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/sqsfake"
 )
 
 // A worker on a real queue, stopped on SIGTERM the way ECS stops a task.
@@ -65,14 +65,18 @@ func ExampleHandlerFunc() {
 	_ = h
 }
 
-// The worker on the in-process fake, which needs no server.
+// The worker on the in-process fake (worker/sqsfake), which needs no server: three messages
+// handled, then a graceful stop that flushes their deletes.
 func ExampleWorker_Stop() {
+	ctx := context.Background()
 	f := sqsfake.New()
 	url := f.CreateQueue(sqsfake.QueueOptions{Name: "orders"})
-	_ = sqstest.Send(context.Background(), f, url, []sqstest.Message{{Body: "a"}, {Body: "b"}, {Body: "c"}})
+	for _, body := range []string{"a", "b", "c"} {
+		_, _ = f.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &url, MessageBody: &body})
+	}
 	done := make(chan struct{}, 3)
 	w, err := worker.New(f, &worker.Config{QueueURL: url, WaitTime: time.Second,
-		Logger: discardLogger(),
+		Logger: slog.New(slog.DiscardHandler),
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			done <- struct{}{}
 			return nil
@@ -80,13 +84,13 @@ func ExampleWorker_Stop() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := w.Start(context.Background()); err != nil {
+	if err := w.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	for range 3 {
 		<-done
 	}
-	if err := w.Stop(context.Background()); err != nil { // flushes the deletes
+	if err := w.Stop(ctx); err != nil { // flushes the deletes
 		log.Fatal(err)
 	}
 	fmt.Println("left in the queue:", f.Len(url))

@@ -12,13 +12,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqsfake"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/sqsfake"
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
-// The tests in this file use the in-process fake (internal/sqsfake), for faults that no local
+// The tests in this file use the in-process fake (worker/sqsfake), for faults that no local
 // server produces.
 
 type fakeBundle struct {

@@ -11,13 +11,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqsfake"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/sqsfake"
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
-// The tests in this file use the in-process fake (internal/sqsfake): no local server lets a test
+// The tests in this file use the in-process fake (worker/sqsfake): no local server lets a test
 // age a receive by 12 hours, and neither GoAws nor fauxqs returns several messages of one FIFO
 // group in one receive, as SQS does.
 

@@ -35,10 +35,10 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
-	"github.com/sqsinbox/sqsinbox/internal/sqsfake"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
+	"github.com/sqsinbox/sqsinbox/worker/sqsfake"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqsfake"
+	"github.com/sqsinbox/sqsinbox/worker/sqsfake"
 )
 
 // The fake is the stand-in for SQS in the fault tests, so its own rules are tested here.

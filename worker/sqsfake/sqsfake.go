@@ -1,11 +1,32 @@
-// Package sqsfake is an in-process, fault-injecting fake of the SQS calls the worker makes
-// (worker.SQSClient), plus SendMessage and SendMessageBatch.
+// Package sqsfake is an in-process, fault-injecting SQS for tests: it implements the calls the
+// worker makes (worker.SQSClient), plus SendMessage and SendMessageBatch, so a *Fake is given to
+// worker.New where an *sqs.Client would be. It needs no server and no network.
 //
-// It exists for what no local server reproduces: real receive counts (for backoff), FIFO group
-// locking, throttling and 5xx errors, partial batch failures, stale receipt handles, the same
-// message twice in one batch, and the 12-hour visibility cap. Everything GoAws can show is tested
-// against GoAws as well. It follows SQS's documented behaviour; where SQS is vague (a stale
-// receipt handle on a standard queue), the fake takes the harsher reading and records it.
+// # What it models
+//
+// Queues (standard and FIFO, by the name's ".fifo" suffix), long polling, visibility timeouts
+// and their changes, receive counts (ApproximateReceiveCount), FIFO group locking (no message of
+// a group is delivered while an earlier one is in flight), redrive to a dead-letter queue on the
+// receive after maxReceiveCount, and SQS's 12-hour visibility cap, counted from each receive. It
+// follows SQS's documented behaviour; where SQS is vague (a stale receipt handle on a standard
+// queue), it takes the harsher reading. Requests that SQS would refuse are refused, and recorded
+// in [Fake.Violations], so a test can assert that the code under test asked for nothing illegal.
+//
+// # Faults
+//
+// [Faults] injects what no local server produces: any call failing (throttling, 5xx, KMS or
+// OverLimit errors; see [Throttled] and friends), single entries of a DeleteMessageBatch failing,
+// a message delivered twice in one batch, a receive whose response is lost, and the absence of
+// ChangeMessageVisibilityBatch. [Fake.AgeFirstReceive] and [Fake.AgeReceive] move receive times
+// back, to reach the 12-hour cap without waiting.
+//
+// # Inspecting
+//
+// [Fake.Messages] returns every message's state (receive count, deleted, deletes, in flight),
+// [Fake.Len] the messages not deleted, [Fake.Calls] how often each call was served.
+//
+// The surface above is stable: new fields and methods may be added, none removed. sqsinbox's
+// own tests use it for the faults; everything a real server can show they also test against one.
 package sqsfake
 
 import (
