@@ -13,7 +13,7 @@ help: ## List the targets.
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: ## The OrderPaid story end to end: GoAws and a throwaway PostgreSQL started for you, evt_9f3k twice, 1,000 more events with duplicates, a table.
+demo: ## The OrderPaid story through an SNS fan-out: fauxqs and a throwaway PostgreSQL started for you, evt_9f3k published twice, 1,000 more events with duplicates, warehouse and loyalty each applying every event once, a table.
 	$(GO) run ./internal/cmd/demo
 
 # The SQS server the harness (internal/sqstest) starts for the first pass of `make test`: goaws
