@@ -47,12 +47,15 @@ type DeleteRecord struct {
 	Key    string    `json:"key,omitempty"`
 	Status string    `json:"st"`
 	At     time.Time `json:"at"`
+	// SNS, on a Received record, says the message arrived in an SNS notification envelope.
+	SNS bool `json:"sns,omitempty"`
 }
 
 type msgInfo struct {
 	seq   int64
 	key   string
 	keyOK bool
+	sns   bool
 }
 
 // Audit is the SQS client decorator that logs every delete a worker sends, with whether the
@@ -137,7 +140,7 @@ func (a *Audit) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput,
 	for _, m := range out.Messages {
 		info := infoOf(m)
 		a.handles[aws.ToString(m.ReceiptHandle)] = info
-		_ = enc.Encode(DeleteRecord{Worker: a.id, Seq: info.seq, Status: Received, At: now})
+		_ = enc.Encode(DeleteRecord{Worker: a.id, Seq: info.seq, Status: Received, At: now, SNS: info.sns})
 	}
 	if len(out.Messages) > 0 {
 		_ = a.w.Flush()
@@ -148,6 +151,7 @@ func (a *Audit) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput,
 func infoOf(m types.Message) msgInfo {
 	wm := &worker.Message{Body: []byte(aws.ToString(m.Body)), Attributes: m.MessageAttributes}
 	var info msgInfo
+	info.sns = unwrapEnvelope(wm)
 	if v, ok := wm.Attribute(AttrSeq); ok {
 		info.seq, _ = strconv.ParseInt(v, 10, 64)
 	}
@@ -344,4 +348,34 @@ func (c *CallCounter) MaxPerSecond(op string, from, to time.Time) int {
 		best = max(best, k)
 	}
 	return best
+}
+
+// unwrapEnvelope replaces m's body and attributes with the published ones when the body is an
+// SNS notification envelope (a JSON object with "Type" Notification, "TopicArn" and a string
+// "Message"), as the worker's default Config.SNS (SNSAuto) does, and reports whether it was one.
+// Only String and Number attributes are taken: the harness publishes no others. Anything the
+// worker would refuse is left as it is, so its key is not found and a delete of it is flagged.
+func unwrapEnvelope(m *worker.Message) bool {
+	var env struct {
+		Type              *string `json:"Type"`
+		TopicARN          *string `json:"TopicArn"`
+		Message           *string `json:"Message"`
+		MessageAttributes map[string]struct {
+			Type  string `json:"Type"`
+			Value string `json:"Value"`
+		} `json:"MessageAttributes"`
+	}
+	if len(m.Body) == 0 || m.Body[0] != '{' || json.Unmarshal(m.Body, &env) != nil ||
+		env.Type == nil || env.TopicARN == nil || *env.Type != "Notification" || env.Message == nil {
+		return false
+	}
+	attrs := map[string]types.MessageAttributeValue{}
+	for k, a := range env.MessageAttributes {
+		if a.Type != "String" && a.Type != "Number" {
+			return false
+		}
+		attrs[k] = types.MessageAttributeValue{DataType: aws.String(a.Type), StringValue: aws.String(a.Value)}
+	}
+	m.Body, m.Attributes = []byte(*env.Message), attrs
+	return true
 }

@@ -27,6 +27,15 @@ func TestFault01Sigkill(t *testing.T) {
 	requirePass(t, rep)
 }
 
+// TestFault01SigkillSNS: the same with the events published to an SNS topic whose subscription
+// delivers them to the queue in envelopes, which the worker unwraps; every message received must
+// have been an envelope. Skipped on GoAws, whose envelopes' attributes have SQS's shape.
+func TestFault01SigkillSNS(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, "sigkill-sns", reliability.Size{Messages: 300, Workers: 3, Spread: 4 * small.Spread / 3})
+	requirePass(t, rep)
+}
+
 // TestFault01SigkillFIFO: the same on a FIFO queue with several message groups; each group's
 // effects commit in the order their events were sent. Skipped on GoAws, whose FIFO is broken.
 func TestFault01SigkillFIFO(t *testing.T) {

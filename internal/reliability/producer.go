@@ -13,10 +13,15 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
 // AttrSeq is the message attribute that carries a send's sequence number, so that every message
@@ -106,6 +111,12 @@ type Producer struct {
 	Parallel int
 	// Batch is the number of messages per SendMessageBatch call, at most 10. 0 means 10.
 	Batch int
+	// Topic, if set, makes the producer publish to this SNS topic (PublishBatch, Batch entries
+	// per call) instead of sending to Run.Queue; each good event also carries its key in the
+	// event_id message attribute. The run's queue is subscribed to it (RunOptions.Topic).
+	Topic *sqstest.Topic
+	// SNS publishes to Topic; nil means Run.SNS.
+	SNS sqstest.Publisher
 
 	seq   atomic.Int64
 	mu    sync.Mutex
@@ -181,17 +192,17 @@ func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
 			entries[i] = entry(strconv.Itoa(i), rows[i].seq, ev)
 		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		out, err := c.SendMessageBatch(cctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(p.Run.Queue.URL), Entries: entries})
+		var failed map[string]bool
+		var err error
+		if p.Topic != nil {
+			failed, err = p.publish(cctx, entries, todo)
+		} else {
+			failed, err = sendEntries(cctx, c, p.Run.Queue.URL, entries)
+		}
 		cancel()
 		status := SendOK
 		if err != nil {
 			status = classify(err)
-		}
-		failed := map[string]bool{}
-		if err == nil {
-			for _, f := range out.Failed {
-				failed[aws.ToString(f.Id)] = true
-			}
 		}
 		var retry []Event
 		for i := range rows {
@@ -213,6 +224,52 @@ func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
 		}
 	}
 	return nil
+}
+
+// sendEntries sends entries to the queue and returns the Ids of the entries the server refused.
+func sendEntries(ctx context.Context, c interface {
+	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+}, url string, entries []types.SendMessageBatchRequestEntry) (map[string]bool, error) {
+	out, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+	if err != nil {
+		return nil, err
+	}
+	failed := map[string]bool{}
+	for _, f := range out.Failed {
+		failed[aws.ToString(f.Id)] = true
+	}
+	return failed, nil
+}
+
+// publish publishes entries (the SQS messages of evs) to p.Topic in one PublishBatch, with the
+// same bodies and attributes, plus the event_id attribute of each good event, and returns the
+// Ids of the entries SNS refused.
+func (p *Producer) publish(ctx context.Context, entries []types.SendMessageBatchRequestEntry, evs []Event) (map[string]bool, error) {
+	c := p.SNS
+	if c == nil {
+		c = p.Run.SNS
+	}
+	pe := make([]snstypes.PublishBatchRequestEntry, len(entries))
+	for i, e := range entries {
+		attrs := make(map[string]snstypes.MessageAttributeValue, len(e.MessageAttributes)+1)
+		for k, v := range e.MessageAttributes {
+			attrs[k] = snstypes.MessageAttributeValue{DataType: v.DataType, StringValue: v.StringValue}
+		}
+		if evs[i].Kind == KindGood {
+			attrs[inboxhandler.DefaultAttribute] = snstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(evs[i].Key)}
+		}
+		pe[i] = snstypes.PublishBatchRequestEntry{Id: e.Id, Message: e.MessageBody, MessageAttributes: attrs,
+			MessageGroupId: e.MessageGroupId, MessageDeduplicationId: e.MessageDeduplicationId}
+	}
+	out, err := c.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(p.Topic.ARN), PublishBatchRequestEntries: pe})
+	if err != nil {
+		return nil, err
+	}
+	failed := map[string]bool{}
+	for _, f := range out.Failed {
+		failed[aws.ToString(f.Id)] = true
+	}
+	return failed, nil
 }
 
 // classify tells a refused send (a 4xx answer: nothing stored) from one whose outcome is unknown.

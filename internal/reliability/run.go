@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,7 +72,11 @@ type Run struct {
 	GoAws bool
 	Queue *sqstest.Queue
 	// FIFO says Queue is a FIFO queue.
-	FIFO     bool
+	FIFO bool
+	// Topic, if set (RunOptions.Topic), is an SNS topic Queue is subscribed to, enveloped; SNS
+	// publishes to it.
+	Topic    *sqstest.Topic
+	SNS      *sns.Client
 	AuditDir string
 	Started  time.Time
 	// Size is the scenario's size (it scales the drain's deadline).
@@ -104,6 +109,10 @@ type RunOptions struct {
 	FIFO bool
 	// Size is the scenario's size.
 	Size Size
+	// Topic makes an SNS topic on Env.SQS and subscribes the new queue to it without raw
+	// message delivery: each message arrives in an SNS notification envelope, which the worker
+	// unwraps (its default Config.SNS). Run.Topic and Run.SNS are then set.
+	Topic bool
 }
 
 // NewRun creates a scenario's schema, tables and queue.
@@ -175,7 +184,30 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 			return nil, err
 		}
 	}
+	if o.Topic {
+		if err := r.subscribe(ctx); err != nil {
+			r.Pool.Close()
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// subscribe makes the run's topic and subscribes its queue to it, enveloped.
+func (r *Run) subscribe(ctx context.Context) error {
+	c, err := r.Env.SQS.SNSClient(ctx)
+	if err != nil {
+		return err
+	}
+	tp, err := r.Env.SQS.CreateTopicErr(ctx, c, sqstest.TopicOptions{Prefix: "rel-" + r.Name})
+	if err != nil {
+		return err
+	}
+	if _, err := r.Env.SQS.SubscribeErr(ctx, c, tp.ARN, r.Queue.URL, sqstest.SubscribeOptions{Raw: false}); err != nil {
+		return err
+	}
+	r.Topic, r.SNS = tp, c
+	return nil
 }
 
 // Close ends the run's processes and its pool.

@@ -52,6 +52,8 @@ func Scenarios() []Scenario {
 			Doc: "a deliberately broken worker deletes before it commits and is killed in between: the checker must report lost messages and deletes without a committed row"},
 		{Name: "sigkill", Fault: 1, Run: runSigkill,
 			Doc: "worker processes SIGKILLed at random points, repeatedly, and restarted"},
+		{Name: "sigkill-sns", Fault: 1, Skip: skipNoSNS, Run: runSigkillSNS,
+			Doc: "the same with the events published to an SNS topic whose subscription delivers them in envelopes, which the worker unwraps (not on GoAws)"},
 		{Name: "fifo-sigkill", Fault: 1, Skip: skipGoAwsFIFO, Run: runFIFOSigkill,
 			Doc: "the same on a FIFO queue with several message groups, each kill while the process holds an open inbox transaction: each group's effects must commit in send order (not on GoAws)"},
 		{Name: "control-fifo-ack-before-commit", Fault: 1, ExpectFail: true, Skip: skipGoAwsFIFO, Run: runFIFOControl,
@@ -190,12 +192,67 @@ func runAckBeforeCommit(ctx context.Context, e *Env, s Size) (*Report, error) {
 }
 
 func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "sigkill", RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20})
+	return sigkill(ctx, e, s, "sigkill", false)
+}
+
+// skipNoSNS says why the SNS scenario cannot run on e's server ("" when it can).
+func skipNoSNS(e *Env) string {
+	if e.SQS == nil {
+		return "no SQS server with SNS"
+	}
+	if ok, why := e.SQS.SNSSupported(); !ok {
+		return why + "; so the worker refuses every enveloped message that has attributes, and this scenario runs on fauxqs (SQSINBOX_TEST_SQS=fauxqs)"
+	}
+	return ""
+}
+
+// runSigkillSNS is the sigkill scenario with the events published to an SNS topic (PublishBatch,
+// with the event_id attribute; every tenth event published twice) whose subscription delivers
+// them to the queue in notification envelopes, which the worker unwraps. Every message the
+// workers received must have been an envelope.
+func runSigkillSNS(ctx context.Context, e *Env, s Size) (*Report, error) {
+	if why := skipNoSNS(e); why != "" {
+		return nil, errors.New("reliability: " + why)
+	}
+	return sigkill(ctx, e, s, "sigkill-sns", true)
+}
+
+// requireEnvelopes adds a failed check to rep unless every message the workers of the run in
+// dir received was an SNS envelope.
+func requireEnvelopes(rep *Report, dir string) error {
+	recs, err := ReadDeleteLogs(dir)
+	if err != nil {
+		return err
+	}
+	recv, env := 0, 0
+	for _, d := range recs {
+		if d.Status == Received {
+			recv++
+			if d.SNS {
+				env++
+			}
+		}
+	}
+	switch {
+	case recv == 0:
+		rep.Checks = append(rep.Checks, "no receive was logged")
+	case env != recv:
+		rep.Checks = append(rep.Checks, fmt.Sprintf("%d of %d messages received were not SNS envelopes", recv-env, recv))
+	default:
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d receives, all SNS envelopes", env))
+	}
+	return nil
+}
+
+// sigkill runs the sigkill scenario; with topic, the producer publishes to an SNS topic whose
+// subscription to the queue wraps each message in an envelope.
+func sigkill(ctx context.Context, e *Env, s Size, name string, topic bool) (*Report, error) {
+	r, err := e.NewRun(ctx, name, RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20, Topic: topic})
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	prod := &Producer{Run: r, Retries: 2}
+	prod := &Producer{Run: r, Retries: 2, Topic: r.Topic}
 	cfgs := make([]WorkerConfig, s.Workers)
 	procs := make([]*Proc, s.Workers)
 	for i := range cfgs {
@@ -207,7 +264,11 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 			return nil, err
 		}
 	}
-	sent := sendAsync(ctx, prod, withResends(GoodEvents("kill", s.Messages)), s.Spread)
+	prefix := "kill"
+	if topic {
+		prefix = "sns"
+	}
+	sent := sendAsync(ctx, prod, withResends(GoodEvents(prefix, s.Messages)), s.Spread)
 	// Kill while the producer sends and messages are in the queue, and after it, while messages
 	// remain, up to 3 kills per worker.
 	kills, gen := 0, 0
@@ -244,6 +305,9 @@ func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 	}
 	checks := r.termAll(time.Minute)
 	rep, err := r.finish(ctx, prod, s.Workers, nil, append([]string{fmt.Sprintf("%d SIGKILLs", kills)}, checks...))
+	if err == nil && topic {
+		err = requireEnvelopes(rep, r.AuditDir)
+	}
 	return requireRedelivery(rep, err)
 }
 
