@@ -1,11 +1,13 @@
 // Command sqsinbox is the operator's tool for sqsinbox: it migrates and purges the inbox, shows
 // its state and a queue's, sends test events, and redrives a dead-letter queue.
 //
-//	sqsinbox migrate up|down|status   apply, revert or list the inbox's migrations
-//	sqsinbox purge                    delete inbox rows past the queues' redelivery horizon, and
-//	                                  expired idempotency keys, once
-//	sqsinbox stats                    rows per handler; a queue's depth and its DLQ's, and the
-//	                                  age of their oldest messages (from CloudWatch)
+//	sqsinbox migrate up|down|status   apply, revert or list the inbox's and the outbox's migrations
+//	sqsinbox purge                    delete inbox rows past the queues' redelivery horizon,
+//	                                  expired idempotency keys and old sent outbox rows, once
+//	sqsinbox stats                    rows per handler; the outbox's backlog and parked messages;
+//	                                  a queue's depth and its DLQ's, and the age of their oldest
+//	                                  messages (from CloudWatch)
+//	sqsinbox outbox                   list the outbox's parked messages, or re-queue them
 //	sqsinbox send                     send JSON lines to a queue, or publish them to an SNS
 //	                                  topic, with an event_id attribute
 //	sqsinbox redrive                  move messages from a DLQ back to their source queue
@@ -50,9 +52,10 @@ type command struct {
 }
 
 var commands = []command{
-	{"migrate", "apply, revert or list the inbox's schema migrations", runMigrate},
-	{"purge", "delete inbox rows past the queues' redelivery horizon, and expired HTTP idempotency keys, once", runPurge},
-	{"stats", "show inbox rows per handler, and a queue's depth, its DLQ's and their oldest ages", runStats},
+	{"migrate", "apply, revert or list the inbox's and the outbox's schema migrations", runMigrate},
+	{"purge", "delete inbox rows past the queues' redelivery horizon, expired HTTP idempotency keys and old sent outbox rows, once", runPurge},
+	{"stats", "show inbox rows per handler, the outbox's backlog and parked messages, and a queue's depth, its DLQ's and their oldest ages", runStats},
+	{"outbox", "list the outbox's parked messages (list-parked), or re-queue them (retry)", runOutbox},
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
 }

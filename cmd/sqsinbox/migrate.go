@@ -14,25 +14,28 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
 func runMigrate(ctx context.Context, e env, args []string) error {
 	var db dbFlags
 	fs := newFlags(e, "migrate", "migrate up|down|status [flags]",
-		"  DATABASE_URL=postgres://app@db/app sqsinbox migrate up\n"+
+		"  DATABASE_URL=postgres://app@db/app sqsinbox migrate up   # the inbox's and the outbox's migrations\n"+
 			"  sqsinbox migrate status --database-url postgres://app@db/app --schema sqsinbox\n"+
-			"  sqsinbox migrate down --steps 1    # revert the last migration (drops what it created)\n"+
-			"  sqsinbox migrate down --all --yes  # revert every migration: drops every table of the inbox\n\n"+
-			"Going down needs --steps N or --all. If a table it would drop holds rows, down asks on a\n"+
-			"terminal, and elsewhere refuses unless --yes is given.\n\n"+
+			"  sqsinbox migrate down --only inbox --steps 1   # revert the inbox's last migration (drops what it created)\n"+
+			"  sqsinbox migrate down --all --yes              # revert every migration: drops every table of both\n\n"+
+			"The schema holds two sets of migrations, each with its own version table: the inbox's\n"+
+			"(schema_migrations) and the outbox's (outbox_schema_migrations). up and status cover both\n"+
+			"unless --only names one. Going down needs --steps N or --all; --steps counts the\n"+
+			"migrations of one set, so it also needs --only. If a table it would drop holds rows, down\n"+
+			"asks on a terminal, and elsewhere refuses unless --yes is given.\n\n"+
 			"--timeout is also each statement's statement_timeout: for a migration of a large table,\n"+
 			"raise it (or pass --timeout 0).")
 	db.register(fs)
-	steps := fs.Int("steps", 0, "for down: how many migrations to revert, newest first (at least 1)")
-	all := fs.Bool("all", false, "for down: revert every migration (drops every table of the inbox)")
+	steps := fs.Int("steps", 0, "for down: how many migrations of the --only set to revert, newest first (at least 1)")
+	all := fs.Bool("all", false, "for down: revert every migration of both sets, or of the --only set (drops their tables)")
 	yes := fs.Bool("yes", false, "for down: drop tables that hold rows without asking")
+	only := fs.String("only", "", "inbox or outbox: the one set of migrations to apply, revert or list (default both)")
 	words, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -44,6 +47,10 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	action := words[0]
 	if action != "up" && action != "down" && action != "status" {
 		return fmt.Errorf("%w: unknown action %q: want up, down or status", errUsage, action)
+	}
+	sets, err := migrationSets(*only)
+	if err != nil {
+		return err
 	}
 	stepsSet := false
 	fs.Visit(func(f *flag.Flag) { stepsSet = stepsSet || f.Name == "steps" })
@@ -57,6 +64,8 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%w: down needs --steps N or --all: --steps N reverts the last N migrations, --all every one (dropping every table)", errUsage)
 	case stepsSet && *steps < 1:
 		return fmt.Errorf("%w: --steps must be at least 1 (to revert every migration, pass --all)", errUsage)
+	case stepsSet && *only == "":
+		return fmt.Errorf("%w: --steps counts the migrations of one set: add --only inbox or --only outbox (each has its own version table)", errUsage)
 	}
 	pool, err := db.connect(ctx, fs.timeout)
 	if err != nil {
@@ -65,45 +74,49 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	defer pool.Close()
 	switch action {
 	case "up":
-		v, err := inbox.Migrate(ctx, pool, db.schema)
-		if err != nil {
-			return err
+		for _, set := range sets {
+			v, err := set.up(ctx, pool, db.schema)
+			if err != nil {
+				return fmt.Errorf("%s: %w", set.name, err)
+			}
+			if len(v) == 0 {
+				fmt.Fprintf(e.stdout, "schema %s: %s is up to date\n", db.schema, set.name)
+				continue
+			}
+			fmt.Fprintf(e.stdout, "schema %s: %s: applied %s\n", db.schema, set.name, versions(v))
 		}
-		if len(v) == 0 {
-			fmt.Fprintf(e.stdout, "schema %s is up to date\n", db.schema)
-			return nil
-		}
-		fmt.Fprintf(e.stdout, "schema %s: applied %s\n", db.schema, versions(v))
 	case "down":
 		if *all {
 			*steps = 0
 		}
-		if err := confirmDown(ctx, e, pool, db.schema, *steps, *yes); err != nil {
+		// The outbox goes first: it was added after the inbox, and nothing of the inbox's
+		// depends on it.
+		slices.Reverse(sets)
+		if err := confirmDown(ctx, e, pool, db.schema, sets, *steps, *yes); err != nil {
 			return err
 		}
-		var v []int
-		if *all {
-			v, err = inbox.MigrateDownAll(ctx, pool, db.schema)
-		} else {
-			v, err = inbox.MigrateDown(ctx, pool, db.schema, *steps)
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "schema %s: reverted %s\n", db.schema, versions(v))
-	case "status":
-		st, err := inbox.Migrations(ctx, pool, db.schema)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
-		for _, s := range st {
-			at := "pending"
-			if !s.AppliedAt.IsZero() {
-				at = s.AppliedAt.UTC().Format(time.RFC3339)
+		for _, set := range sets {
+			v, err := set.down(ctx, pool, db.schema, *steps)
+			if err != nil {
+				return fmt.Errorf("%s: %w", set.name, err)
 			}
-			fmt.Fprintf(tw, "%04d\t%s\t%s\n", s.Version, s.Name, at)
+			fmt.Fprintf(e.stdout, "schema %s: %s: reverted %s\n", db.schema, set.name, versions(v))
+		}
+	case "status":
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SET\tVERSION\tNAME\tAPPLIED")
+		for _, set := range sets {
+			st, err := set.status(ctx, pool, db.schema)
+			if err != nil {
+				return fmt.Errorf("%s: %w", set.name, err)
+			}
+			for _, s := range st {
+				at := "pending"
+				if !s.AppliedAt.IsZero() {
+					at = s.AppliedAt.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%04d\t%s\t%s\n", set.name, s.Version, s.Name, at)
+			}
 		}
 		return tw.Flush()
 	}
@@ -114,39 +127,46 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 // what is at stake without scanning a huge table.
 const countLimit = 1_000_000
 
-// confirmDown finds the tables that reverting the last steps migrations (0: all) would drop and
-// counts their rows. If any holds rows, it asks on a terminal, or refuses unless yes is set.
-func confirmDown(ctx context.Context, e env, pool *pgxpool.Pool, schema string, steps int, yes bool) error {
-	st, err := inbox.Migrations(ctx, pool, schema)
-	if err != nil {
-		return err
-	}
+// confirmDown finds the tables that reverting the last steps migrations (0: all) of each set
+// would drop and counts their rows. If any holds rows, it asks on a terminal, or refuses unless
+// yes is set.
+func confirmDown(ctx context.Context, e env, pool *pgxpool.Pool, schema string, sets []migrationSet, steps int, yes bool) error {
 	var (
-		reverted []int
+		reverted []string
 		holding  []string // "schema.table (n rows)"
 	)
-	for _, s := range slices.Backward(st) {
-		if s.AppliedAt.IsZero() {
-			continue
+	for _, set := range sets {
+		st, err := set.status(ctx, pool, schema)
+		if err != nil {
+			return fmt.Errorf("%s: %w", set.name, err)
 		}
-		if steps > 0 && len(reverted) == steps {
-			break
+		var v []int
+		for _, s := range slices.Backward(st) {
+			if s.AppliedAt.IsZero() {
+				continue
+			}
+			if steps > 0 && len(v) == steps {
+				break
+			}
+			v = append(v, s.Version)
+			for _, t := range s.Drops {
+				n, err := countRows(ctx, pool, schema, t)
+				if err != nil {
+					return err
+				}
+				if n > 0 {
+					holding = append(holding, fmt.Sprintf("%s.%s (%s)", schema, t, rowsText(n)))
+				}
+			}
 		}
-		reverted = append(reverted, s.Version)
-		for _, t := range s.Drops {
-			n, err := countRows(ctx, pool, schema, t)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				holding = append(holding, fmt.Sprintf("%s.%s (%s)", schema, t, rowsText(n)))
-			}
+		if len(v) > 0 {
+			reverted = append(reverted, set.name+" "+versions(v))
 		}
 	}
 	if len(holding) == 0 || yes {
 		return nil
 	}
-	what := fmt.Sprintf("reverting %s drops %s", versions(reverted), strings.Join(holding, ", "))
+	what := fmt.Sprintf("reverting %s drops %s", strings.Join(reverted, " and "), strings.Join(holding, ", "))
 	if !e.terminal {
 		return fmt.Errorf("%w: %s: pass --yes to confirm (there is no terminal to ask on)", errUsage, what)
 	}

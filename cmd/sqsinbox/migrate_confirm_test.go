@@ -35,7 +35,7 @@ func TestMigrateDownAsksOnATerminal(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "reverted 0003, 0002, 0001 (3 migrations)") {
 		t.Fatalf("answer yes: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
-	if got := tablesOf(t, pool, schema); got != "schema_migrations" {
+	if got := tablesOf(t, pool, schema); got != "outbox_schema_migrations,schema_migrations" {
 		t.Fatalf("tables after a confirmed down: %q", got)
 	}
 }

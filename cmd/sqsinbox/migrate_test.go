@@ -33,7 +33,7 @@ func tablesOf(t *testing.T, pool *pgxpool.Pool, schema string) string {
 	return names
 }
 
-const allTables = "idempotency_keys,processed_messages,schema_migrations"
+const allTables = "idempotency_keys,outbox_messages,outbox_schema_migrations,processed_messages,schema_migrations"
 
 func TestMigrateDownIsExplicit(t *testing.T) {
 	t.Parallel()
@@ -68,7 +68,7 @@ func TestMigrateDownIsExplicit(t *testing.T) {
 	}
 
 	// The last migration drops no table, so it needs no confirmation; --steps follows the action.
-	r := cli(t, "", append([]string{"migrate", "down", "--steps", "1"}, dbArgs...)...).mustOK(t)
+	r := cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--only", "inbox"}, dbArgs...)...).mustOK(t)
 	if !strings.Contains(r.stdout, "(1 migration)") {
 		t.Fatalf("down --steps 1: %s", r.stdout)
 	}
@@ -76,15 +76,15 @@ func TestMigrateDownIsExplicit(t *testing.T) {
 		t.Fatalf("tables after down --steps 1: %q", got)
 	}
 	// The keys' table is empty: it goes without a question.
-	cli(t, "", append([]string{"migrate", "down", "--steps", "1"}, dbArgs...)...).mustOK(t)
-	if got := tablesOf(t, pool, schema); got != "processed_messages,schema_migrations" {
+	cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "1"}, dbArgs...)...).mustOK(t)
+	if got := tablesOf(t, pool, schema); got != "outbox_messages,outbox_schema_migrations,processed_messages,schema_migrations" {
 		t.Fatalf("tables after the second down: %q", got)
 	}
 	r = cli(t, "", append([]string{"migrate", "down", "--all", "--yes"}, dbArgs...)...).mustOK(t)
 	if !strings.Contains(r.stdout, "reverted 0001 (1 migration)") {
 		t.Fatalf("down --all --yes: %s", r.stdout)
 	}
-	if got := tablesOf(t, pool, schema); got != "schema_migrations" {
+	if got := tablesOf(t, pool, schema); got != "outbox_schema_migrations,schema_migrations" {
 		t.Fatalf("tables after down --all --yes: %q", got)
 	}
 }

@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
+	"github.com/sqsinbox/sqsinbox/migrate"
+	"github.com/sqsinbox/sqsinbox/outbox"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
@@ -33,7 +36,9 @@ func runPurge(ctx context.Context, e env, args []string) error {
 			"queues yourself. Ages under 7 days are always refused.\n\n"+
 			"The HTTP idempotency keys (the idempotency_keys table of the same schema) are purged too,\n"+
 			"each once its own expiry has passed: the middleware stores it with the key from its TTL,\n"+
-			"so a 72-hour TTL is kept. --keys-older-than adds a floor: keys younger than it stay.")
+			"so a 72-hour TTL is kept. --keys-older-than adds a floor: keys younger than it stay.\n\n"+
+			"Then the outbox's sent rows older than --outbox-older-than go (unsent and parked rows never\n"+
+			"do); a schema without the outbox says so in one line. --skip-outbox leaves them.")
 	db.register(fs)
 	olderThan := fs.String("older-than", durationText(inbox.DefaultRetention),
 		"delete inbox rows whose seen_at is older than this (28d, 672h); at least the queues' redelivery horizon and 7d")
@@ -51,6 +56,9 @@ func runPurge(ctx context.Context, e env, args []string) error {
 	keysFloor := fs.String("keys-older-than", "",
 		"a floor for the idempotency keys: keep keys younger than this even if expired (at least "+hoursText(idempotency.MinTTL)+"; default none)")
 	skipKeys := fs.Bool("skip-keys", false, "do not purge the idempotency keys")
+	outboxOlderThan := fs.String("outbox-older-than", durationText(outbox.DefaultRetention),
+		"delete outbox rows sent longer ago than this (7d, 168h); unsent and parked rows are never deleted")
+	skipOutbox := fs.Bool("skip-outbox", false, "do not purge the outbox's sent rows")
 	batch := fs.Int("batch-size", inbox.DefaultPurgeBatchSize, "rows (or keys) deleted per statement")
 	words, err := parse(fs, args)
 	if err != nil {
@@ -73,6 +81,12 @@ func runPurge(ctx context.Context, e env, args []string) error {
 		}
 		if keysAge < idempotency.MinTTL {
 			return fmt.Errorf("%w: --keys-older-than %s is under %s; clients are promised at least that long to retry", errUsage, *keysFloor, hoursText(idempotency.MinTTL))
+		}
+	}
+	var outboxAge time.Duration
+	if !*skipOutbox {
+		if outboxAge, err = parseAge(*outboxOlderThan); err != nil {
+			return fmt.Errorf("%w: --outbox-older-than %q is not a duration such as 7d or 168h", errUsage, *outboxOlderThan)
 		}
 	}
 	if *batch <= 0 {
@@ -116,15 +130,44 @@ func runPurge(ctx context.Context, e env, args []string) error {
 	summary(e.stdout, "inbox", "row", "older than", res, time.Since(start))
 	if *skipKeys {
 		fmt.Fprintln(e.stdout, "idempotency keys: not purged (--skip-keys)")
+	} else {
+		keysStart := time.Now()
+		kres, err := idempotency.PurgeExpired(ctx, pool, db.schema, keysAge, *batch, func(n int64) { keys = n; show() })
+		if err != nil {
+			return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "idempotency_keys", ", or pass --skip-keys"), res.Deleted, kres.Deleted)
+		}
+		p.done()
+		summary(e.stdout, "idempotency keys", "key", "that expired before", kres, time.Since(keysStart))
+	}
+	if *skipOutbox {
+		fmt.Fprintln(e.stdout, "outbox: not purged (--skip-outbox)")
 		return nil
 	}
-	keysStart := time.Now()
-	kres, err := idempotency.PurgeExpired(ctx, pool, db.schema, keysAge, *batch, func(n int64) { keys = n; show() })
+	return purgeOutbox(ctx, e, pool, db.schema, outboxAge, *batch)
+}
+
+// purgeOutbox deletes the outbox's rows sent before age, and prints its summary line. A schema
+// without the outbox is a line saying so: not every service that runs an inbox has one.
+func purgeOutbox(ctx context.Context, e env, pool *pgxpool.Pool, schema string, age time.Duration, batch int) error {
+	ob, err := outbox.New(pool, &outbox.Config{Schema: schema, Retention: age, PurgeBatchSize: batch})
 	if err != nil {
-		return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "idempotency_keys", ", or pass --skip-keys"), res.Deleted, kres.Deleted)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	p.done()
-	summary(e.stdout, "idempotency keys", "key", "that expired before", kres, time.Since(keysStart))
+	if err := ob.Check(ctx); errors.Is(err, migrate.ErrBehind) {
+		fmt.Fprintf(e.stdout, "outbox: not purged: not migrated in schema %s (pass --skip-outbox to leave it out)\n", schema)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	start := time.Now()
+	r, err := ob.Purge(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(e.stdout, "outbox: interrupted after deleting %s\n", plural(int(r.Deleted), "sent row"))
+		}
+		return notMigrated(err, schema, "outbox_messages", ", or pass --skip-outbox")
+	}
+	summary(e.stdout, "outbox", "row", "sent before", inbox.PurgeResult(r), time.Since(start))
 	return nil
 }
 

@@ -97,7 +97,7 @@ func TestPurgeWithoutTheKeysTableSaysSo(t *testing.T) {
 		{"0003", "idempotency_keys is not migrated to the latest version (column \"expires_at\" does not exist): run `sqsinbox migrate up`, or pass --skip-keys"},
 		{"0002", "idempotency_keys does not exist (is the schema migrated?): run `sqsinbox migrate up`, or pass --skip-keys"},
 	} {
-		r := cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--yes"}, dbArgs...)...).mustOK(t)
+		r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "1", "--yes"}, dbArgs...)...).mustOK(t)
 		if !strings.Contains(r.stdout, "reverted "+tc.down) {
 			t.Fatalf("down: %s", r.stdout)
 		}

@@ -19,23 +19,29 @@ import (
 func runStats(ctx context.Context, e env, args []string) error {
 	var db dbFlags
 	fs := newFlags(e, "stats", "stats [flags]",
-		"  sqsinbox stats                              # inbox rows per handler ($DATABASE_URL)\n"+
+		"  sqsinbox stats                              # inbox rows per handler, the outbox's backlog ($DATABASE_URL)\n"+
 			"  sqsinbox stats --queue warehouse            # and the queue's depth, in flight, its DLQ's, and the oldest ages\n"+
 			"  sqsinbox stats --no-db --no-age --queue https://sqs.eu-west-1.amazonaws.com/123456789012/warehouse\n\n"+
 			"The age of the oldest message is CloudWatch's ApproximateAgeOfOldestMessage (AWS/SQS, the\n"+
 			"maximum per minute, the newest in the last 15 minutes; AWS_ENDPOINT_URL_CLOUDWATCH overrides\n"+
 			"the endpoint). If CloudWatch fails or gives no answer within 5 s, the table is shown anyway\n"+
-			"with the age unavailable and one line on stderr saying why. --no-age skips the call.")
+			"with the age unavailable and one line on stderr saying why. --no-age skips the call.\n\n"+
+			"The outbox part shows its unsent messages, the age of the oldest, and its parked messages\n"+
+			"with the last --parked of them and their errors; a schema without the outbox says so in one line.")
 	db.register(fs)
 	queue := fs.String("queue", "", "a queue name or URL to report on")
 	noDB := fs.Bool("no-db", false, "report on the queue only")
 	noAge := fs.Bool("no-age", false, "do not ask CloudWatch for the age of the oldest message")
+	parked := fs.Int("parked", 5, "how many of the outbox's parked messages to list, the last parked first (0: only their count)")
 	words, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(words) != 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
+	}
+	if *parked < 0 {
+		return fmt.Errorf("%w: --parked must not be negative", errUsage)
 	}
 	if *noDB && *queue == "" {
 		return fmt.Errorf("%w: --no-db needs --queue", errUsage)
@@ -44,7 +50,7 @@ func runStats(ctx context.Context, e env, args []string) error {
 		if err := sqlident.Validate("--schema", db.schema); err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
-		if err := inboxStats(ctx, e, &db, fs.timeout); err != nil {
+		if err := inboxStats(ctx, e, &db, fs.timeout, *parked); err != nil {
 			return err
 		}
 	}
@@ -54,7 +60,7 @@ func runStats(ctx context.Context, e env, args []string) error {
 	return nil
 }
 
-func inboxStats(ctx context.Context, e env, db *dbFlags, timeout time.Duration) error {
+func inboxStats(ctx context.Context, e env, db *dbFlags, timeout time.Duration, parked int) error {
 	pool, err := db.connect(ctx, timeout)
 	if err != nil {
 		return err
@@ -84,7 +90,7 @@ func inboxStats(ctx context.Context, e env, db *dbFlags, timeout time.Duration) 
 	}
 	fmt.Fprintf(e.stdout, "purge horizon at the default retention (%s): rows seen before %s\n",
 		durationText(inbox.DefaultRetention), st.PurgeHorizon.UTC().Format(time.RFC3339))
-	return nil
+	return outboxStats(ctx, e, pool, db.schema, parked)
 }
 
 // queueStats prints the queue's counts and its DLQ's and, when withAge is set, the age of each
