@@ -79,8 +79,11 @@ func TestPurgeDeletesExpiredIdempotencyKeys(t *testing.T) {
 			if !strings.Contains(r.stdout, "inbox: deleted 2 rows older than") {
 				t.Fatalf("purge %v:\n%s\nwant the inbox's 2 thirty-day-old rows deleted", tc.args, r.stdout)
 			}
-			if line := lastLine(r.stdout); !strings.HasPrefix(line, "idempotency keys: ") || !strings.Contains(line, tc.want) {
-				t.Fatalf("purge %v: last line %q; want the keys' line with %q", tc.args, line, tc.want)
+			// The keys' line follows the inbox's; the outbox's comes last.
+			if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 ||
+				!strings.HasPrefix(lines[1], "idempotency keys: ") || !strings.Contains(lines[1], tc.want) ||
+				!strings.HasPrefix(lines[2], "outbox: deleted 0 rows sent before") {
+				t.Fatalf("purge %v:\n%s\nwant the keys' line with %q, then the outbox's", tc.args, r.stdout, tc.want)
 			}
 			if left := keysLeft(t, pool, dbArgs[len(dbArgs)-1]); !slices.Equal(left, tc.left) {
 				t.Fatalf("keys left, by age in hours = %v, want %v", left, tc.left)

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/outbox"
+)
+
+// seedOutbox fills the outbox of schema: two unsent rows (one an hour old), three parked ones
+// with their errors, and sent rows 10 days and 1 day old. It returns the parked rows' ids,
+// oldest parked first.
+func seedOutbox(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
+	t.Helper()
+	const q = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
+	_, err := pool.Exec(t.Context(), `INSERT INTO `+schema+`.outbox_messages
+		(event_id, kind, destination, fifo, body, created_at, sent_at, parked_at, attempts, last_error) VALUES
+		('u1', 'sqs', $1, false, '{}', now() - interval '1 hour', NULL, NULL, 0, NULL),
+		('u2', 'sqs', $1, false, '{}', now(), NULL, NULL, 2, 'throttled'),
+		('s10', 'sqs', $1, false, '{}', now() - interval '10 days', now() - interval '10 days', NULL, 1, NULL),
+		('s1', 'sqs', $1, false, '{}', now() - interval '1 day', now() - interval '1 day', NULL, 1, NULL)`, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i, e := range []string{"AccessDenied: not authorized\non this queue", "InvalidParameterValue: body", "QueueDoesNotExist"} {
+		var id int64
+		err := pool.QueryRow(t.Context(), `INSERT INTO `+schema+`.outbox_messages
+			(event_id, kind, destination, fifo, body, created_at, parked_at, attempts, last_error)
+			VALUES ($1, 'sqs', $2, false, '{}', now() - interval '20 days', now() - make_interval(mins => $3), 8, $4) RETURNING id`,
+			"p"+string(rune('1'+i)), q, 30-i, e).Scan(&id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func TestMigrateCoversTheOutbox(t *testing.T) {
+	t.Parallel()
+	schema := "cli_mob_" + randSuffix()
+	dbArgs := []string{"--database-url", db.URL, "--schema", schema}
+	mig := func(args ...string) result {
+		return cli(t, "", append(append([]string{"migrate"}, args...), dbArgs...)...)
+	}
+
+	r := mig("status").mustOK(t)
+	st := strings.Join(strings.Fields(r.stdout), " ")
+	for _, want := range []string{"SET VERSION NAME APPLIED", "inbox 0001 processed_messages pending", "outbox 0001 outbox_messages pending"} {
+		if !strings.Contains(st, want) {
+			t.Fatalf("status before up lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// --only inbox leaves the outbox out.
+	r = mig("up", "--only", "inbox").mustOK(t)
+	if !strings.Contains(r.stdout, "schema "+schema+": inbox: applied 0001") || strings.Contains(r.stdout, "outbox") {
+		t.Fatalf("up --only inbox: %s", r.stdout)
+	}
+	// One command brings the whole schema up.
+	r = mig("up").mustOK(t)
+	if !strings.Contains(r.stdout, "inbox is up to date") || !strings.Contains(r.stdout, "outbox: applied 0001 (1 migration)") {
+		t.Fatalf("up: %s", r.stdout)
+	}
+	r = mig("status").mustOK(t)
+	if strings.Contains(r.stdout, "pending") || !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), "outbox 0001 outbox_messages 20") {
+		t.Fatalf("status after up: %s", r.stdout)
+	}
+	r = mig("status", "--only", "outbox").mustOK(t)
+	if strings.Contains(r.stdout, "inbox") {
+		t.Fatalf("status --only outbox lists the inbox: %s", r.stdout)
+	}
+
+	mig("down", "--steps", "1").mustFail(t, 2, "--steps counts the migrations of one set: add --only inbox or --only outbox")
+	mig("up", "--only", "both").mustFail(t, 2, `--only "both": want inbox or outbox`)
+
+	pool, err := pgxpool.New(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	seedOutbox(t, pool, schema)
+	mig("down", "--only", "outbox", "--all").mustFail(t, 2, "reverting outbox 0001 (1 migration) drops "+schema+".outbox_messages (7 rows)", "pass --yes")
+	mig("down", "--all").mustFail(t, 2, "outbox_messages (7 rows)")
+	if got := tablesOf(t, pool, schema); got != allTables {
+		t.Fatalf("a refused down dropped something: %q", got)
+	}
+	r = mig("down", "--only", "outbox", "--steps", "1", "--yes").mustOK(t)
+	if !strings.Contains(r.stdout, "outbox: reverted 0001 (1 migration)") {
+		t.Fatalf("down --only outbox: %s", r.stdout)
+	}
+	if got := tablesOf(t, pool, schema); got != "idempotency_keys,outbox_schema_migrations,processed_messages,schema_migrations" {
+		t.Fatalf("tables after the outbox's down: %q", got)
+	}
+	// --all with the outbox already down reverts only the inbox, without a question (no rows).
+	r = mig("down", "--all").mustOK(t)
+	if !strings.Contains(r.stdout, "outbox: reverted nothing") || !strings.Contains(r.stdout, "inbox: reverted 0003, 0002, 0001 (3 migrations)") {
+		t.Fatalf("down --all: %s", r.stdout)
+	}
+}
+
+// TestOutboxMigrationsAreKnown pins knownOutboxMigrations to what outbox.Migrate applies: a
+// migration added to the package must be added there, with the tables its down drops.
+func TestOutboxMigrationsAreKnown(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_obknown")
+	schema := dbArgs[len(dbArgs)-1]
+	v, err := outbox.Migrate(t.Context(), pool, schema)
+	if err != nil || len(v) != 0 {
+		t.Fatalf("outbox.Migrate after the CLI's up: %v, %v; want nothing left to apply", v, err)
+	}
+	st, err := outboxMigrations(t.Context(), pool, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != len(knownOutboxMigrations) {
+		t.Fatalf("the version table holds %d outbox migrations, knownOutboxMigrations %d", len(st), len(knownOutboxMigrations))
+	}
+	for i, s := range st {
+		if k := knownOutboxMigrations[i]; s.Version != k.Version || s.Name != k.Name || s.AppliedAt.IsZero() {
+			t.Fatalf("outbox migration %d: %+v, known as %+v", i, s, k)
+		}
+	}
+}
+
+func TestStatsShowsTheOutbox(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_obstats")
+	schema := dbArgs[len(dbArgs)-1]
+	r := cli(t, "", append([]string{"stats"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "outbox: 0 messages unsent (oldest none), 0 parked messages") {
+		t.Fatalf("stats of an empty outbox:\n%s", r.stdout)
+	}
+	seedOutbox(t, pool, schema)
+	r = cli(t, "", append([]string{"stats", "--parked", "2"}, dbArgs...)...).mustOK(t)
+	for _, want := range []string{
+		"HANDLER",
+		"outbox: 2 messages unsent (oldest 1h0m0s), 3 parked messages",
+		"LAST ERROR",
+		"QueueDoesNotExist",
+		"InvalidParameterValue: body",
+		"the last 2 of 3 parked",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("stats lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "AccessDenied") {
+		t.Fatalf("stats --parked 2 lists the oldest parked of three:\n%s", r.stdout)
+	}
+	r = cli(t, "", append([]string{"stats", "--parked", "0"}, dbArgs...)...).mustOK(t)
+	if strings.Contains(r.stdout, "LAST ERROR") || !strings.Contains(r.stdout, "3 parked messages") {
+		t.Fatalf("stats --parked 0:\n%s", r.stdout)
+	}
+	cli(t, "", append([]string{"stats", "--parked", "-1"}, dbArgs...)...).mustFail(t, 2, "--parked must not be negative")
+
+	// A schema with the inbox only: one line for the outbox, and the inbox's part as before.
+	inboxOnly := []string{"--database-url", db.URL, "--schema", "cli_obnone_" + randSuffix()}
+	cli(t, "", append([]string{"migrate", "up", "--only", "inbox"}, inboxOnly...)...).mustOK(t)
+	r = cli(t, "", append([]string{"stats"}, inboxOnly...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "HANDLER") || !strings.Contains(r.stdout, "outbox: not migrated in schema "+inboxOnly[3]) {
+		t.Fatalf("stats without the outbox:\n%s", r.stdout)
+	}
+}
+
+func TestOutboxListParkedAndRetry(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_obretry")
+	schema := dbArgs[len(dbArgs)-1]
+	ob := func(args ...string) result {
+		return cli(t, "", append(append([]string{"outbox"}, args...), dbArgs...)...)
+	}
+	r := ob("list-parked").mustOK(t)
+	if !strings.Contains(r.stdout, "no parked outbox messages") {
+		t.Fatalf("list-parked of an empty outbox: %s", r.stdout)
+	}
+	ids := seedOutbox(t, pool, schema)
+	r = ob("list-parked").mustOK(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") ||
+		!strings.Contains(lines[3], "AccessDenied: not authorized on this queue") || !strings.Contains(lines[1], "QueueDoesNotExist") {
+		t.Fatalf("list-parked, newest parked first, errors on one line:\n%s", r.stdout)
+	}
+	r = ob("list-parked", "--limit", "1").mustOK(t)
+	if !strings.Contains(r.stdout, "(1 of 3 parked messages shown: raise --limit for more)") {
+		t.Fatalf("list-parked --limit 1: %s", r.stdout)
+	}
+
+	ob("retry").mustFail(t, 2, "retry needs the ids")
+	ob("retry", "--all", "5").mustFail(t, 2, "either --all or message ids")
+	ob("retry", "abc").mustFail(t, 2, `"abc" is not a message id`)
+	ob("retry", "--limit", "3", "1").mustFail(t, 2, "--limit is for list-parked")
+	ob("list-parked", "--all").mustFail(t, 2, "--all is for retry")
+	ob("frob").mustFail(t, 2, `unknown action "frob"`)
+
+	// One parked id and one that is not: the parked one is re-queued, the other named.
+	first := ids[0]
+	r = ob("retry", itoa(first), "999999", itoa(first))
+	r.mustFail(t, 1, "not re-queued: 999999 is not parked in "+schema+".outbox_messages")
+	if !strings.Contains(r.stdout, "outbox: re-queued 1 parked message\n") {
+		t.Fatalf("retry one: %s", r.stdout)
+	}
+	var attempts int
+	var parked bool
+	if err := pool.QueryRow(t.Context(), `SELECT attempts, parked_at IS NOT NULL FROM `+schema+`.outbox_messages WHERE id = $1`, first).
+		Scan(&attempts, &parked); err != nil || attempts != 0 || parked {
+		t.Fatalf("the re-queued row: attempts %d, parked %v, %v", attempts, parked, err)
+	}
+	// Flags after the words.
+	r = cli(t, "", append([]string{"outbox", "retry"}, append(dbArgs, "--all")...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "re-queued 2 parked messages") {
+		t.Fatalf("retry --all: %s", r.stdout)
+	}
+	r = cli(t, "", append([]string{"stats"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "outbox: 5 messages unsent (oldest 20d), 0 parked messages") {
+		t.Fatalf("stats after retry --all:\n%s", r.stdout)
+	}
+
+	// A schema without the outbox: the fix, named.
+	bare := []string{"--database-url", db.URL, "--schema", "cli_obbare_" + randSuffix()}
+	cli(t, "", append([]string{"outbox", "list-parked"}, bare...)...).
+		mustFail(t, 1, "the outbox is not migrated in schema "+bare[3], "run `sqsinbox migrate up`")
+}
+
+func TestPurgeCoversTheOutbox(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		want string
+		left []string // event ids left, sorted
+	}{
+		{"default retention", nil, "outbox: deleted 1 row sent before", []string{"p1", "p2", "p3", "s1", "u1", "u2"}},
+		{"shorter", []string{"--outbox-older-than", "12h"}, "outbox: deleted 2 rows sent before", []string{"p1", "p2", "p3", "u1", "u2"}},
+		{"skipped", []string{"--skip-outbox"}, "outbox: not purged (--skip-outbox)", []string{"p1", "p2", "p3", "s1", "s10", "u1", "u2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool, dbArgs := setupPurge(t)
+			schema := dbArgs[len(dbArgs)-1]
+			seedOutbox(t, pool, schema)
+			args := append(append([]string{"purge", "--skip-queue-check", "--older-than", "14d"}, tc.args...), dbArgs...)
+			r := cli(t, "", args...).mustOK(t)
+			if !strings.Contains(r.stdout, tc.want) || !strings.Contains(r.stdout, "inbox: deleted 2 rows") {
+				t.Fatalf("purge %v:\n%s", tc.args, r.stdout)
+			}
+			var left []string
+			if err := pool.QueryRow(t.Context(), `SELECT array_agg(event_id ORDER BY event_id) FROM `+schema+`.outbox_messages`).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(left, tc.left) {
+				t.Fatalf("outbox rows left %v, want %v", left, tc.left)
+			}
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		t.Parallel()
+		cli(t, "", "purge", "--skip-queue-check", "--outbox-older-than", "soon", "--database-url", db.URL).
+			mustFail(t, 2, `--outbox-older-than "soon" is not a duration`)
+		inboxOnly := []string{"--database-url", db.URL, "--schema", "cli_obpnone_" + randSuffix()}
+		cli(t, "", append([]string{"migrate", "up", "--only", "inbox"}, inboxOnly...)...).mustOK(t)
+		r := cli(t, "", append([]string{"purge", "--skip-queue-check"}, inboxOnly...)...).mustOK(t)
+		if !strings.Contains(r.stdout, "outbox: not purged: not migrated in schema "+inboxOnly[3]) {
+			t.Fatalf("purge without the outbox:\n%s", r.stdout)
+		}
+	})
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
