@@ -92,6 +92,8 @@ type snsAttributeJSON struct {
 	Value string `json:"Value"`
 }
 
+var topicArnField = []byte(`"TopicArn"`)
+
 // unwrapSNS applies mode to m: it replaces m's body and attributes with the published ones when
 // the body is an SNS envelope, and fills m.SNS. It returns an error wrapping ErrSNSEnvelope or
 // ErrSNSNotNotification for a body it must refuse.
@@ -105,6 +107,9 @@ func unwrapSNS(m *Message, mode SNSMode) error {
 			return fmt.Errorf("%w: the body is not a JSON object (Config.SNS is SNSEnvelope)", ErrSNSEnvelope)
 		}
 		return nil
+	}
+	if mode == SNSAuto && !bytes.Contains(b, topicArnField) {
+		return nil // no envelope has no TopicArn: skip the decode (most raw bodies)
 	}
 	var env snsEnvelope
 	if err := json.Unmarshal(b, &env); err != nil {

@@ -134,3 +134,20 @@ func FuzzUnwrapSNS(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkUnwrapSNS(b *testing.B) {
+	for _, tc := range []struct{ name, body string }{
+		{"raw JSON", `{"id":"evt_9f3k","order_id":"o-1","customer_id":"c-1","amount":1250}`},
+		{"envelope", envelope},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m := &Message{Body: []byte(tc.body)}
+				if err := unwrapSNS(m, SNSAuto); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
