@@ -87,7 +87,8 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	b.Queue(ib.sql.setTimeouts)
 	b.Queue(ib.sql.claim, handler, key)
 	b.Queue(ib.sql.resetLockTimeout)
-	br := ib.pool.SendBatch(ctx, b)
+	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, false)
+	br := ib.pool.SendBatch(hctx, b)
 	tx := br.Tx()
 	_, beginErr := br.Exec()
 	_, setErr := br.Exec()
@@ -100,7 +101,11 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 		if pgtx.ConnLost(tx) {
 			err = fmt.Errorf("%w: %w", ErrConnectionLost, err)
 		}
-		return 0, claimError(ctx, err)
+		err = claimError(ctx, err)
+	}
+	ib.cfg.Hooks.claimed(hctx, step, tag.RowsAffected(), err)
+	if err != nil {
+		return 0, err
 	}
 	if tag.RowsAffected() == 0 {
 		return Duplicate, nil
@@ -114,9 +119,13 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	if err := context.Cause(ctx); err != nil {
 		return 0, err // a lost lease or a stop must not commit
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, commitError(err)
+	hctx, step = ib.cfg.Hooks.start(ctx, StepCommit, handler, key, false)
+	if err := tx.Commit(hctx); err != nil {
+		err = commitError(err)
+		ib.cfg.Hooks.committed(hctx, step, err)
+		return 0, err
 	}
+	ib.cfg.Hooks.committed(hctx, step, nil)
 	return Processed, nil
 }
 
@@ -153,9 +162,14 @@ func (ib *Inbox) RunTx(ctx context.Context, tx pgx.Tx, handler, key string, fn F
 }
 
 func (ib *Inbox) runTx(ctx context.Context, tx pgx.Tx, handler, key string, fn Func) (Outcome, error) {
-	tag, err := tx.Exec(ctx, ib.sql.claim, handler, key)
+	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, true)
+	tag, err := tx.Exec(hctx, ib.sql.claim, handler, key)
 	if err != nil {
-		return 0, claimError(ctx, err)
+		err = claimError(ctx, err)
+	}
+	ib.cfg.Hooks.claimed(hctx, step, tag.RowsAffected(), err)
+	if err != nil {
+		return 0, err
 	}
 	if tag.RowsAffected() == 0 {
 		return Duplicate, nil

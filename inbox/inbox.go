@@ -80,6 +80,10 @@ type Config struct {
 	// the delay after which a blocked claim is retried (see [Inbox.BlockedRetryDelay]). Whole
 	// milliseconds; 0 means DefaultIdleInTransactionTimeout (1 min); negative is an error.
 	IdleInTransactionTimeout time.Duration
+
+	// Hooks, when set, observe each claim and commit of [Inbox.Run] and [Inbox.RunTx] (the
+	// workerotel package makes spans of them). nil means none, at no cost.
+	Hooks *Hooks
 }
 
 // Inbox records which handler has processed which event, in the caller's PostgreSQL database.

@@ -36,13 +36,18 @@ func (m *Middleware) wrap(next http.Handler, require bool) http.Handler {
 			return
 		}
 		values := r.Header.Values(HeaderKey)
-		if len(values) == 0 {
-			if require || (m.cfg.RequireKey != nil && m.cfg.RequireKey(r)) {
-				writeProblem(w, http.StatusBadRequest, CodeKeyMissing,
-					"This route requires an Idempotency-Key header (draft-ietf-httpapi-idempotency-key-header).")
-				return
-			}
+		if len(values) == 0 && !require && (m.cfg.RequireKey == nil || !m.cfg.RequireKey(r)) {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if m.cfg.Hooks != nil {
+			o, or := m.cfg.Hooks.observe(w, r, len(values) == 0)
+			defer o.end()
+			w, r = o, or
+		}
+		if len(values) == 0 {
+			writeProblem(w, http.StatusBadRequest, CodeKeyMissing,
+				"This route requires an Idempotency-Key header (draft-ietf-httpapi-idempotency-key-header).")
 			return
 		}
 		key, err := ParseKey(values)
@@ -121,8 +126,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	hr := r.WithContext(withTx(hctx, tx))
 	hr.Body = io.NopCloser(bytes.NewReader(body))
 	hr.ContentLength = int64(len(body))
+	note(w, true, false, nil)
 	var p *panics.Error
 	if err := panics.Call(func() error { next.ServeHTTP(rec, hr); return nil }); errors.As(err, &p) {
+		note(w, true, false, err)
 		if errors.Is(err, http.ErrAbortHandler) {
 			panic(p.Value) // the handler asked to abort the response; the deferred rollback runs
 		}
@@ -159,11 +166,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			m.internal(w, r, "commit", err)
 			return
 		}
+		note(w, true, false, err)
 		log.ErrorContext(ctx, "idempotency: commit outcome unknown", "error", err)
 		writeProblem(w, http.StatusInternalServerError, CodeCommitUnknown,
 			"Whether the request was carried out is unknown; retry it with the same key to find out.")
 		return
 	}
+	note(w, true, true, nil)
 	writeResponse(w, rec.header, rec.status, rec.body.Bytes())
 }
 
@@ -174,6 +183,7 @@ func (m *Middleware) inFlight(w http.ResponseWriter) {
 }
 
 func (m *Middleware) internal(w http.ResponseWriter, r *http.Request, step string, err error) {
+	note(w, false, false, err)
 	if r.Context().Err() != nil {
 		return // the client is gone
 	}

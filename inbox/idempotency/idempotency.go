@@ -145,6 +145,10 @@ type Config struct {
 
 	// Logger receives failures (never keys). nil means slog.Default().
 	Logger *slog.Logger
+
+	// Hooks, when set, observe each request that carries a key or lacks a required one, with
+	// its outcome (the idemotel package makes spans of them). nil means none.
+	Hooks *Hooks
 }
 
 // Middleware is HTTP Idempotency-Key middleware backed by a PostgreSQL table.
