@@ -80,21 +80,17 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	if err := validateClaim(handler, key); err != nil {
 		return 0, err
 	}
-	// BEGIN, the transaction's timeouts, the claim and the reset of the lock wait travel in one
-	// round trip.
+	// BEGIN and the claim, which also bounds the transaction's waits (see boundedClaim), travel
+	// in one round trip.
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(ib.sql.setTimeouts)
-	b.Queue(ib.sql.claim, handler, key)
-	b.Queue(ib.sql.resetLockTimeout)
+	b.Queue(ib.sql.boundedClaim, handler, key)
 	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, false)
 	br := ib.pool.SendBatch(hctx, b)
 	tx := br.Tx()
 	_, beginErr := br.Exec()
-	_, setErr := br.Exec()
 	tag, claimErr := br.Exec()
-	_, resetErr := br.Exec()
-	err := cmp.Or(beginErr, setErr, claimErr, resetErr, br.Close()) // the first error says what went wrong
+	err := cmp.Or(beginErr, claimErr, br.Close()) // the first error says what went wrong
 	// The rollback must happen even when ctx is done. After a commit it is a no-op.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err != nil {

@@ -95,11 +95,12 @@ type Inbox struct {
 }
 
 type statements struct {
-	claim string
-	stats string
-	// Pipelined around the claim: the claim's bounded lock wait and the transaction's idle
-	// bound, then the lock wait back to the session's default for the handler's statements.
-	setTimeouts, resetLockTimeout string
+	claim string // RunTx's: the caller owns the transaction and its settings
+	// boundedClaim is Run's claim: one statement that bounds the claim's lock wait and the
+	// transaction's idle time, inserts, and (when it inserted) sets the lock wait back to what it
+	// was for the handler's statements.
+	boundedClaim string
+	stats        string
 }
 
 // New returns an inbox that uses pool. It does no I/O: call [Inbox.Check] at start, after
@@ -133,15 +134,27 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		sql: statements{
 			claim: "INSERT INTO " + sqlident.Quote(c.Schema, "processed_messages") +
 				" (handler, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-			// Integers we format (milliseconds), never user text. SET LOCAL ends with the
-			// transaction, so nothing leaks onto the pooled connection.
-			setTimeouts: fmt.Sprintf("SELECT set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)",
-				c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds()),
-			resetLockTimeout: "SET LOCAL lock_timeout TO DEFAULT",
+			boundedClaim: boundedClaim(c),
 			stats: "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + sqlident.Quote(c.Schema, "processed_messages") +
 				" GROUP BY handler ORDER BY handler",
 		},
 	}, nil
+}
+
+// boundedClaim is the claim of Run in one statement, so that the timeouts cost no statement of
+// their own: the CTE sets lock_timeout and idle_in_transaction_session_timeout for the
+// transaction (set_config(..., true) is SET LOCAL, gone at its end, so nothing leaks onto the
+// pooled connection) before the INSERT reads its row from it, and so before any wait for another
+// claim's lock; RETURNING, evaluated only for an inserted row, sets lock_timeout back to the value
+// it had, so the handler's own statements wait as long as they would without the inbox. A
+// duplicate inserts nothing and rolls back at once, which ends the settings too. The timeouts
+// are integers we format (milliseconds), never user text.
+func boundedClaim(c Config) string {
+	return fmt.Sprintf("WITH s AS (SELECT current_setting('lock_timeout') AS lock_timeout, "+
+		"set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)) "+
+		"INSERT INTO %s (handler, event_id) SELECT $1, $2 FROM s ON CONFLICT DO NOTHING "+
+		"RETURNING (SELECT set_config('lock_timeout', s.lock_timeout, true) FROM s)",
+		c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), sqlident.Quote(c.Schema, "processed_messages"))
 }
 
 func (c *Config) validate() error {
