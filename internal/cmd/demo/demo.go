@@ -272,8 +272,9 @@ func run(ctx context.Context, o options) (err error) {
 			return false, nil
 		}
 		for _, sub := range fan.subs {
+			// A failed count is not the end of the wait: the next poll asks again.
 			if n, err := sqstest.Count(ctx, client, sub.url); err != nil || n != 0 {
-				return false, nil
+				return false, nil //nolint:nilerr // keep polling until the deadline
 			}
 		}
 		return true, nil
