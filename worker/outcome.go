@@ -50,8 +50,14 @@ func (w *Worker) process(m *Message) bool {
 	return w.settle(m, err, cause)
 }
 
-func (w *Worker) call(ctx context.Context, m *Message) error {
-	return panics.Call(func() error { return w.cfg.Handler.Handle(ctx, m) })
+func (w *Worker) call(ctx context.Context, m *Message) (err error) {
+	// Not panics.Call: its closure costs each handler goroutine a deeper stack.
+	defer func() {
+		if v := recover(); v != nil {
+			err = panics.Recovered(v)
+		}
+	}()
+	return w.cfg.Handler.Handle(ctx, m)
 }
 
 func (w *Worker) settle(m *Message, err error, cause error) bool {

@@ -26,6 +26,10 @@ func (e *Error) Unwrap() error {
 	return err
 }
 
+// Recovered returns the *Error for v, a value recover returned, with the current stack. Call it
+// in the deferred function that recovered.
+func Recovered(v any) *Error { return &Error{Value: v, Stack: debug.Stack()} }
+
 // Call runs fn and returns its error, or an *Error if it panicked. The panic never crosses to the
 // caller's goroutine.
 func Call(fn func() error) (err error) {
