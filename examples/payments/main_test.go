@@ -51,7 +51,9 @@ func TestCrashAfterCharge(t *testing.T) {
 	srv.Migrate(t, newSpec(nil))
 	q := srv.Queue(t, "payments")
 	crash := &crashAfterCharge{next: http.DefaultTransport, calls: map[string]int{}}
-	spec := newSpec(&http.Client{Transport: crash, Timeout: 30 * time.Second})
+	// No Client.Timeout: with one, each request the transport's panic cuts off would leave
+	// net/http's timeout goroutine behind until it fires (the handler's context bounds the call).
+	spec := newSpec(&http.Client{Transport: crash})
 	run := srv.Start(t, spec, q.URL, workerapp.Options{Worker: worker.Config{
 		Backoff: func(int) time.Duration { return 0 }, // redeliver at once
 	}})

@@ -1,13 +1,9 @@
 package workerotel_test
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 )
@@ -20,32 +16,4 @@ var (
 	srv *sqstest.Server
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	if srv, err = sqstest.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer srv.Close()
-	if db, err = pgtest.Start(ctx, "workerotel"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer db.Close()
-	code := m.Run()
-	if code == 0 && os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
-		if err := goleak.Find(
-			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-			goleak.IgnoreAnyFunction("github.com/sqsinbox/sqsinbox/internal/sqstest.tryGoAws.func1"),
-		); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
-}
+func TestMain(m *testing.M) { exampletest.MainWith(m, "workerotel", &db, &srv) }
