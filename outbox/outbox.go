@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,6 +63,14 @@ type Config struct {
 
 	// Logger receives the purge loop's reports. nil means slog.Default().
 	Logger *slog.Logger
+
+	// Propagate, when set, returns the trace context of Add's ctx as text headers (such as
+	// traceparent and tracestate; workerotel.OutboxPropagate makes one), which Add stores as
+	// String attributes of the message, so the consumer's span continues the producer's trace.
+	// A header is added only when the message does not set an attribute of that name and there
+	// is room under SQS's 10 attributes (the event_id included), and only if the message then
+	// still fits its size limit: trace context never makes Add fail. nil means none.
+	Propagate func(ctx context.Context) map[string]string
 }
 
 func (c *Config) fill() error {
@@ -160,6 +170,9 @@ func (ob *Outbox) Add(ctx context.Context, tx pgx.Tx, msg Message) (string, erro
 	if err != nil {
 		return "", err
 	}
+	if ob.cfg.Propagate != nil {
+		msg = ob.withTraceContext(ctx, msg)
+	}
 	attrs := make(map[string]storedAttribute, len(msg.Attributes))
 	for k, a := range msg.Attributes {
 		attrs[k] = storedAttribute(a)
@@ -177,6 +190,28 @@ func (ob *Outbox) Add(ctx context.Context, tx pgx.Tx, msg Message) (string, erro
 		return msg.EventID, fmt.Errorf("%w (event %q, %s)", ErrDuplicateEvent, msg.EventID, msg.Destination)
 	}
 	return msg.EventID, nil
+}
+
+// withTraceContext returns msg with the trace headers of ctx added as String attributes, where
+// there is room and the message still fits (see Config.Propagate); else msg as it was.
+func (ob *Outbox) withTraceContext(ctx context.Context, msg Message) Message {
+	headers := ob.cfg.Propagate(ctx)
+	if len(headers) == 0 {
+		return msg
+	}
+	out := msg
+	out.Attributes = make(map[string]Attribute, len(msg.Attributes)+len(headers))
+	maps.Copy(out.Attributes, msg.Attributes)
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		if _, set := out.Attributes[k]; set || len(out.Attributes) >= MaxAttributes-1 {
+			continue
+		}
+		out.Attributes[k] = StringAttribute(headers[k])
+	}
+	if _, err := out.validate(ob.cfg.MaxMessageSize); err != nil {
+		return msg // too large with them, or a header SQS would refuse: send it without
+	}
+	return out
 }
 
 // Add is [Outbox.Add] with the default Config: the table of DefaultSchema, and messages up to

@@ -1,8 +1,12 @@
 package workerotel
 
 import (
+	"context"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // AttributeCarrier adapts SQS message attributes (worker.Message.Attributes, or the
@@ -38,4 +42,19 @@ func (c AttributeCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// OutboxPropagate returns a function for outbox.Config.Propagate: the text headers of the span
+// context (and baggage) in ctx, as p writes them (nil means the global propagator), so that
+// events added inside a span carry traceparent to their consumers.
+func OutboxPropagate(p propagation.TextMapPropagator) func(ctx context.Context) map[string]string {
+	return func(ctx context.Context) map[string]string {
+		prop := p
+		if prop == nil {
+			prop = otel.GetTextMapPropagator()
+		}
+		c := propagation.MapCarrier{}
+		prop.Inject(ctx, c)
+		return c
+	}
 }
