@@ -109,7 +109,7 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 	msgs := make([]*Message, 0, len(received))
 	for i := range received {
 		m := newMessage(&received[i], requested)
-		m.refused = unwrapSNS(m, w.cfg.SNS)
+		m.refused = UnwrapSNS(m, w.cfg.SNS)
 		m.lease = startHeartbeat(w.sw, m, w.vis, w.now)
 		msgs = append(msgs, m)
 	}

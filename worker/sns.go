@@ -94,10 +94,12 @@ type snsAttributeJSON struct {
 
 var topicArnField = []byte(`"TopicArn"`)
 
-// unwrapSNS applies mode to m: it replaces m's body and attributes with the published ones when
-// the body is an SNS envelope, and fills m.SNS. It returns an error wrapping ErrSNSEnvelope or
-// ErrSNSNotNotification for a body it must refuse.
-func unwrapSNS(m *Message, mode SNSMode) error {
+// UnwrapSNS applies mode to m as the worker does before a handler sees it (Config.SNS): when the
+// body is an SNS notification envelope, it replaces m's body and attributes with the published
+// ones and fills m.SNS. It returns an error wrapping [ErrSNSEnvelope] or [ErrSNSNotNotification]
+// for a body it must refuse, and then leaves m as it was. Tools that read a queue the worker
+// serves (an audit, a redrive) use it to see messages as the handler does.
+func UnwrapSNS(m *Message, mode SNSMode) error {
 	if mode == SNSRaw {
 		return nil
 	}

@@ -34,7 +34,7 @@ const envelope = `{
 func TestUnwrapSNS(t *testing.T) {
 	t.Parallel()
 	m := &Message{Body: []byte(envelope)}
-	if err := unwrapSNS(m, SNSAuto); err != nil {
+	if err := UnwrapSNS(m, SNSAuto); err != nil {
 		t.Fatal(err)
 	}
 	if string(m.Body) != `{"id":"evt_9f3k","order_id":"o-1"}` {
@@ -92,7 +92,7 @@ func TestUnwrapSNSModes(t *testing.T) {
 			map[string]types.MessageAttributeValue{"traceparent": {DataType: aws.String("String"), StringValue: aws.String("00-x")}}},
 	} {
 		m := &Message{Body: []byte(tc.body), Attributes: tc.sqsAttrs}
-		err := unwrapSNS(m, tc.mode)
+		err := UnwrapSNS(m, tc.mode)
 		switch {
 		case tc.err == nil && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
@@ -119,7 +119,7 @@ func FuzzUnwrapSNS(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body string, mode int) {
 		m := &Message{Body: []byte(body)}
 		md := SNSMode(((mode % 3) + 3) % 3)
-		err := unwrapSNS(m, md)
+		err := UnwrapSNS(m, md)
 		if err != nil && !errors.Is(err, ErrSNSEnvelope) && !errors.Is(err, ErrSNSNotNotification) {
 			t.Fatalf("untyped error %v", err)
 		}
@@ -144,7 +144,7 @@ func BenchmarkUnwrapSNS(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				m := &Message{Body: []byte(tc.body)}
-				if err := unwrapSNS(m, SNSAuto); err != nil {
+				if err := UnwrapSNS(m, SNSAuto); err != nil {
 					b.Fatal(err)
 				}
 			}

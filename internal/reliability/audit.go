@@ -151,7 +151,7 @@ func (a *Audit) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput,
 func infoOf(m types.Message) msgInfo {
 	wm := &worker.Message{Body: []byte(aws.ToString(m.Body)), Attributes: m.MessageAttributes}
 	var info msgInfo
-	info.sns = unwrapEnvelope(wm)
+	info.sns = worker.UnwrapSNS(wm, worker.SNSAuto) == nil && wm.SNS != nil
 	if v, ok := wm.Attribute(AttrSeq); ok {
 		info.seq, _ = strconv.ParseInt(v, 10, 64)
 	}
@@ -348,34 +348,4 @@ func (c *CallCounter) MaxPerSecond(op string, from, to time.Time) int {
 		best = max(best, k)
 	}
 	return best
-}
-
-// unwrapEnvelope replaces m's body and attributes with the published ones when the body is an
-// SNS notification envelope (a JSON object with "Type" Notification, "TopicArn" and a string
-// "Message"), as the worker's default Config.SNS (SNSAuto) does, and reports whether it was one.
-// Only String and Number attributes are taken: the harness publishes no others. Anything the
-// worker would refuse is left as it is, so its key is not found and a delete of it is flagged.
-func unwrapEnvelope(m *worker.Message) bool {
-	var env struct {
-		Type              *string `json:"Type"`
-		TopicARN          *string `json:"TopicArn"`
-		Message           *string `json:"Message"`
-		MessageAttributes map[string]struct {
-			Type  string `json:"Type"`
-			Value string `json:"Value"`
-		} `json:"MessageAttributes"`
-	}
-	if len(m.Body) == 0 || m.Body[0] != '{' || json.Unmarshal(m.Body, &env) != nil ||
-		env.Type == nil || env.TopicARN == nil || *env.Type != "Notification" || env.Message == nil {
-		return false
-	}
-	attrs := map[string]types.MessageAttributeValue{}
-	for k, a := range env.MessageAttributes {
-		if a.Type != "String" && a.Type != "Number" {
-			return false
-		}
-		attrs[k] = types.MessageAttributeValue{DataType: aws.String(a.Type), StringValue: aws.String(a.Value)}
-	}
-	m.Body, m.Attributes = []byte(*env.Message), attrs
-	return true
 }
