@@ -2,7 +2,9 @@
 // business write, delete) at several concurrencies, against GoAws and against the in-process
 // fake, beside the two limits measured in the same run: the raw GoAws receive+delete rate and
 // the inbox-only transaction rate. It prints a table of rates and ratios, allocations per
-// message, and the worker's memory with 1,000 messages in flight.
+// message, and the worker's memory with 1,000 messages in flight. With -otel the worker runs
+// traced (workerotel.Middleware and InboxHooks, every message sampled, spans batched to an
+// exporter that drops them), to be compared with a run without it.
 //
 // It starts its own PostgreSQL (internal/pgtest: a throwaway cluster, or a fresh database on
 // TEST_DATABASE_URL) and GoAws (internal/sqstest, or AWS_ENDPOINT_URL_SQS). Run it from the
@@ -49,6 +51,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.IntVar(&pollers, "pollers", 0, "worker.Config.Pollers (0: the default)")
 	only := flag.String("only", "", "measure only these columns, comma-separated, for profiling: raw, inbox, goaws, fake, memory (ratios need all)")
+	flag.BoolVar(&traced, "otel", false, "trace the worker runs (goaws, fake): workerotel.Middleware and InboxHooks on an SDK tracer provider that samples every message and drops the spans in its exporter")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -68,12 +71,17 @@ func main() {
 
 const schema = "bench"
 
-var pollers int
+var (
+	pollers int
+	traced  bool
+)
 
 type bench struct {
 	cpu  cpuMeter
 	pool *pgxpool.Pool
 	ib   *inbox.Inbox
+	// otel is the worker runs' tracing under -otel (nil without): their inbox has its hooks.
+	otel *benchTracing
 	srv  *sqstest.Server
 	sqs  *sqs.Client
 	run  int
@@ -126,8 +134,17 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 	}
 	b := &bench{pool: pool, ib: ib, srv: srv, sqs: srv.Client(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		cpu: cpuMeter{goaws: srv.Pid(), postmaster: db.PostmasterPid()}}
+	if traced {
+		if b.otel, err = newBenchTracing(pool); err != nil {
+			return err
+		}
+		defer b.otel.shutdown()
+	}
 
 	fmt.Printf("workerbench: %d messages per cell, best of %d, GOMAXPROCS %d, %s\n", n, repeat, runtime.GOMAXPROCS(0), loadavg())
+	if b.otel != nil {
+		fmt.Println("tracing: on (workerotel.Middleware and InboxHooks in the worker runs, every message sampled, spans dropped by the exporter)")
+	}
 	fmt.Printf("server: %s (GoAws %v)\n\n", srv.Endpoint, srv.GoAws)
 	fmt.Println("| conc | raw GoAws recv+del | inbox only | worker+GoAws | ratio to min | ratio to shared-CPU bound | worker+fake | ratio to inbox | allocs/msg (fake) | allocs/msg (GoAws) |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -373,13 +390,21 @@ func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url string, n, c int) (workerRun, error) {
 	var res workerRun
 	client := &timedClient{SQSClient: sqsClient}
-	h, err := inboxhandler.New(b.ib, fmt.Sprintf("worker-%d", b.nextRun()), nil,
+	ib := b.ib
+	if b.otel != nil {
+		ib = b.otel.ib
+	}
+	var h worker.Handler
+	h, err := inboxhandler.New(ib, fmt.Sprintf("worker-%d", b.nextRun()), nil,
 		func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 			key, _, _ := inbox.EventKey(ctx)
 			return b.effect(ctx, tx, key)
 		})
 	if err != nil {
 		return res, err
+	}
+	if b.otel != nil {
+		h = b.otel.wrap(url, h)
 	}
 	met := &counts{}
 	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: c, WaitTime: time.Second, Pollers: pollers,
