@@ -47,8 +47,13 @@ func (r *Run) StartProc(cfg WorkerConfig) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.startProc(cfg, EnvWorker+"="+string(raw))
+}
+
+// startProc starts a process of the run named by cfg.ID, with env added to its environment.
+func (r *Run) startProc(cfg WorkerConfig, env string) (*Proc, error) {
 	p := &Proc{Cfg: cfg, cmd: r.Env.Command(), out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), EnvWorker+"="+string(raw))
+	p.cmd.Env = append(os.Environ(), env)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		return nil, err

@@ -277,8 +277,12 @@ func recordingFunc(cfg WorkerConfig) inboxhandler.Func {
 
 // WorkerMain is the body of a worker process: it reads its [WorkerConfig] from [EnvWorker],
 // runs until SIGTERM, stops gracefully, writes its counters (see [Proc.Counters]) and returns
-// the process's exit code. It returns -1 when EnvWorker is not set.
+// the process's exit code. It returns -1 when EnvWorker is not set. A process started with
+// [EnvRelay] set instead is a relay process: WorkerMain runs [RelayMain].
 func WorkerMain() int {
+	if code := RelayMain(); code >= 0 {
+		return code
+	}
 	raw := os.Getenv(EnvWorker)
 	if raw == "" {
 		return -1
