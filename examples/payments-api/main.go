@@ -1,13 +1,19 @@
 // Command payments-api is an HTTP API whose POST /payments is made safe to retry with the
-// Idempotency-Key header, by sqsinbox's inbox/idempotency middleware. See README.md.
+// Idempotency-Key header, by sqsinbox's inbox/idempotency middleware. Each payment it creates
+// writes a PaymentCaptured event through the outbox, in the request's transaction; the server
+// runs the outbox's relay, which publishes the events to SQS or SNS; and `payments-api worker`
+// books each one in a ledger through the inbox. See README.md.
 //
 // Usage:
 //
-//	payments-api migrate   apply the inbox's migrations and the example's own
-//	payments-api           serve on LISTEN_ADDR until SIGTERM or SIGINT
+//	payments-api migrate   apply the inbox's, the outbox's and the example's migrations
+//	payments-api           serve on LISTEN_ADDR and relay the events, until SIGTERM or SIGINT
+//	payments-api worker    book PaymentCaptured events in the ledger, until SIGTERM or SIGINT
 //
 // Environment: DATABASE_URL (else the libpq variables PGHOST, PGDATABASE or PGSERVICE must say
-// where the database is), LISTEN_ADDR (default 127.0.0.1:8080).
+// where the database is), LISTEN_ADDR (default 127.0.0.1:8080), EVENTS_DESTINATION (the SQS
+// queue URL or SNS topic ARN PaymentCaptured goes to), QUEUE_URL or QUEUE_NAME (the worker's
+// queue; default payments-ledger), and the standard AWS variables.
 package main
 
 import (
@@ -26,11 +32,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/migrate"
+	"github.com/sqsinbox/sqsinbox/outbox"
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
@@ -47,16 +57,24 @@ const (
 	shutdownTimeout = 30 * time.Second
 )
 
-const usage = `usage: payments-api [migrate]
+const usage = `usage: payments-api [migrate | worker]
 
-  payments-api migrate   apply the inbox's migrations and the example's own, then exit
-  payments-api           serve until SIGTERM or SIGINT, then stop gracefully
+  payments-api migrate   apply the inbox's, the outbox's and the example's migrations, then exit
+  payments-api           serve the API and relay its events until SIGTERM or SIGINT, then stop
+                         gracefully
+  payments-api worker    book each PaymentCaptured in the ledger, through the inbox, until
+                         SIGTERM or SIGINT
 
 environment:
-  DATABASE_URL    PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
-                  or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is
-  LISTEN_ADDR     address to listen on (default 127.0.0.1:8080)
-  LOG_LEVEL       debug, info (default), warn or error
+  DATABASE_URL        PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
+                      or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is
+  LISTEN_ADDR         address to listen on (default 127.0.0.1:8080)
+  EVENTS_DESTINATION  the SQS queue URL or SNS topic ARN that PaymentCaptured events go to
+                      (required to serve)
+  QUEUE_URL           the worker's queue; else QUEUE_NAME, else the queue named payments-ledger
+  LOG_LEVEL           debug, info (default), warn or error
+  AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_SNS, AWS_PROFILE, ...: the standard AWS
+                      configuration
 `
 
 func main() {
@@ -80,10 +98,14 @@ func main() {
 
 var errUsage = errors.New("usage")
 
-// run is the whole program: it serves until ctx ends, or applies the migrations (`migrate`).
-// ready, when set, is told the address once the server listens.
+// run is the whole program: it serves until ctx ends, applies the migrations (`migrate`), or
+// runs the ledger worker (`worker`). ready, when set, is told the address once the server
+// listens.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, log *slog.Logger, ready func(net.Addr)) error {
 	migrateOnly := len(args) == 1 && args[0] == "migrate"
+	if len(args) == 1 && args[0] == "worker" {
+		return workerapp.Run(ctx, ledgerSpec(), workerapp.Options{Getenv: getenv, Logger: log})
+	}
 	if len(args) > 0 && !migrateOnly {
 		return errUsage
 	}
@@ -95,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if migrateOnly {
 		return migrateAll(ctx, pool, stdout)
 	}
-	return serve(ctx, pool, cmp.Or(getenv("LISTEN_ADDR"), defaultListenAddr), log, ready)
+	return serve(ctx, pool, cmp.Or(getenv("LISTEN_ADDR"), defaultListenAddr), getenv("EVENTS_DESTINATION"), log, ready)
 }
 
 func appMigrator(pool *pgxpool.Pool) (*migrate.Migrator, error) {
@@ -108,18 +130,33 @@ func migrateAll(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 		return err
 	}
 	_, _ = fmt.Fprintf(out, "inbox (schema %s): applied %v\n", inbox.DefaultSchema, done)
-	mg, err := appMigrator(pool)
-	if err != nil {
+	if done, err = outbox.Migrate(ctx, pool, outbox.DefaultSchema); err != nil {
 		return err
 	}
-	if done, err = mg.Up(ctx); err != nil {
+	_, _ = fmt.Fprintf(out, "outbox (schema %s): applied %v\n", outbox.DefaultSchema, done)
+	if done, err = migrateApp(ctx, pool); err != nil {
 		return err
 	}
 	_, _ = fmt.Fprintf(out, "payments-api (schema %s): applied %v\n", appSchema, done)
 	return nil
 }
 
-func serve(ctx context.Context, pool *pgxpool.Pool, addr string, log *slog.Logger, ready func(net.Addr)) error {
+// migrateApp applies the example's own migrations (migrations/).
+func migrateApp(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	mg, err := appMigrator(pool)
+	if err != nil {
+		return nil, err
+	}
+	return mg.Up(ctx)
+}
+
+func serve(ctx context.Context, pool *pgxpool.Pool, addr, events string, log *slog.Logger, ready func(net.Addr)) error {
+	if events == "" {
+		return errors.New("EVENTS_DESTINATION is not set: it names the SQS queue URL or SNS topic ARN that PaymentCaptured events go to")
+	}
+	if _, err := outbox.ParseDestination(events); err != nil {
+		return fmt.Errorf("EVENTS_DESTINATION: %w", err)
+	}
 	mw, err := idempotency.New(pool, &idempotency.Config{Principal: clientID, Logger: log})
 	if err != nil {
 		return err
@@ -134,13 +171,35 @@ func serve(ctx context.Context, pool *pgxpool.Pool, addr string, log *slog.Logge
 	if err := mg.CheckCurrent(ctx); err != nil {
 		return fmt.Errorf("%w (run `payments-api migrate`)", err)
 	}
-	api := &api{pool: pool, log: log}
+	ob, err := outbox.New(pool, &outbox.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := ob.Check(ctx); err != nil {
+		return fmt.Errorf("%w (run `payments-api migrate`)", err)
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("load the AWS configuration: %w", err)
+	}
+	// The relay runs in this process: it publishes the events that committed transactions
+	// wrote, and marks them sent. Several replicas may each run one; they never hold the same
+	// row at once.
+	relay, err := outbox.NewRelay(pool, &outbox.RelayConfig{SQS: sqs.NewFromConfig(awsCfg), SNS: sns.NewFromConfig(awsCfg), Logger: log})
+	if err != nil {
+		return err
+	}
+	api := &api{pool: pool, log: log, events: events}
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", mw.RequireKey(http.HandlerFunc(api.create)))
 	mux.HandleFunc("GET /payments/{id}", api.get)
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		return err
+	}
+	if err := relay.Start(ctx); err != nil {
+		_ = ln.Close()
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
@@ -153,6 +212,7 @@ func serve(ctx context.Context, pool *pgxpool.Pool, addr string, log *slog.Logge
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mw.PurgeLoop(purgeCtx) })
+	wg.Go(func() { _ = ob.PurgeLoop(purgeCtx) })
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
 
@@ -170,6 +230,10 @@ func serve(ctx context.Context, pool *pgxpool.Pool, addr string, log *slog.Logge
 	if errors.Is(err2, http.ErrServerClosed) {
 		err2 = nil
 	}
+	// After the requests: the events they committed are published now, or by the next start.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	err2 = errors.Join(err2, relay.Stop(rctx))
+	cancel()
 	log.Info("payments-api stopped")
 	return err2
 }

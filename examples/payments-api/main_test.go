@@ -19,12 +19,20 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-var db *pgtest.Server
+// The tests run against real servers: PostgreSQL from pgtest (a throwaway cluster, or
+// TEST_DATABASE_URL) and an SQS server from sqstest (GoAws, fauxqs with SQSINBOX_TEST_SQS=fauxqs,
+// or AWS_ENDPOINT_URL_SQS). The server needs a destination for its events (a queue); the tests
+// that follow events through the relay skip on GoAws (see skipGoAws).
+var (
+	db     *pgtest.Server
+	sqsSrv *sqstest.Server
+)
 
-func TestMain(m *testing.M) { pgtest.Main(m, "payments_api", &db) }
+func TestMain(m *testing.M) { exampletest.MainWith(m, "payments_api", &db, &sqsSrv) }
 
 type reply struct {
 	status int
@@ -57,18 +65,31 @@ func post(t *testing.T, base, client, key, body string) reply {
 // TestPaymentsAPI runs the program as its main does: migrate (twice), serve, requests, then a
 // graceful stop.
 func TestPaymentsAPI(t *testing.T) {
-	env := map[string]string{"DATABASE_URL": db.URL, "LISTEN_ADDR": "127.0.0.1:0"}
+	q := sqsSrv.CreateQueue(t, sqstest.QueueOptions{Prefix: "payments-api"})
+	env := map[string]string{"DATABASE_URL": db.URL, "LISTEN_ADDR": "127.0.0.1:0", "EVENTS_DESTINATION": q.URL}
 	getenv := func(k string) string { return env[k] }
 	log := slog.New(slog.DiscardHandler)
 	ctx := t.Context()
+	// Twice: the second applies nothing (another test of this binary may have run the first).
 	var out bytes.Buffer
 	for range 2 {
+		out.Reset()
 		if err := run(ctx, []string{"migrate"}, getenv, &out, log, nil); err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
-	if !strings.Contains(out.String(), "payments-api (schema public): applied [1]") {
-		t.Fatalf("migrate said:\n%s", out.String())
+	if want := "inbox (schema sqsinbox): applied []\noutbox (schema sqsinbox): applied []\npayments-api (schema public): applied []\n"; out.String() != want {
+		t.Fatalf("the second migrate said:\n%s\nwant:\n%s", out.String(), want)
+	}
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if mg, err := appMigrator(pool); err != nil {
+		t.Fatal(err)
+	} else if v, err := mg.Current(ctx); err != nil || v != 2 {
+		t.Fatalf("the example's schema is at version %d (%v), want 2", v, err)
 	}
 	if err := run(ctx, []string{"bogus"}, getenv, &out, log, nil); !errors.Is(err, errUsage) {
 		t.Fatalf("bogus arguments: %v", err)
@@ -142,11 +163,6 @@ func TestPaymentsAPI(t *testing.T) {
 		}
 	}
 
-	pool, err := pgxpool.New(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	var acme, globex int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE client_id = 'acme'), count(*) FILTER (WHERE client_id = 'globex') FROM public.payments").Scan(&acme, &globex); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +16,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
+	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
 type api struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+	// events is where PaymentCaptured goes: an SQS queue URL or an SNS topic ARN.
+	events string
 }
 
 // Payment is the resource, as stored and as answered.
@@ -31,9 +36,30 @@ type Payment struct {
 
 var currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
 
+// PaymentCaptured is the event the API writes, through the outbox, for each payment it
+// creates. The ledger worker (ledger.go) books it.
+type PaymentCaptured struct {
+	Type      string `json:"type"` // "PaymentCaptured"
+	EventID   string `json:"event_id"`
+	PaymentID int64  `json:"payment_id"`
+	ClientID  string `json:"client_id"`
+	Amount    int64  `json:"amount"`
+	Currency  string `json:"currency"`
+}
+
+// paymentCapturedID is the event id of the payment a client creates with an Idempotency-Key:
+// derived from the two, so every attempt of the request names the same event, and the outbox
+// (unique per destination and event id) could never hold a second one.
+func paymentCapturedID(client, key string) string {
+	sum := sha256.Sum256([]byte(client + "\x00" + key))
+	return "payment-captured-" + hex.EncodeToString(sum[:16])
+}
+
 // create handles POST /payments. It runs behind the idempotency middleware, which requires a
-// key: the INSERT goes through the request's transaction, so the payment and the stored
-// response commit together. A validation error is a 422 that is stored and replayed too.
+// key: the INSERT and the PaymentCaptured event (outbox.Add) go through the request's
+// transaction, so the payment, its event and the stored response commit together, or none
+// does. A validation error is a 422 that is stored and replayed too, with no payment and no
+// event.
 func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Amount   int64  `json:"amount"`
@@ -50,12 +76,23 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	tx := idempotency.Tx(ctx)
+	client := r.Header.Get("X-Client-Id")
+	key, _ := idempotency.ParseKey(r.Header.Values(idempotency.HeaderKey)) // the middleware checked it
 	p := Payment{Amount: in.Amount, Currency: in.Currency}
-	err := idempotency.Tx(ctx).QueryRow(ctx,
+	err := tx.QueryRow(ctx,
 		"INSERT INTO "+appSchema+".payments (client_id, amount, currency) VALUES ($1, $2, $3) RETURNING id, created_at",
-		r.Header.Get("X-Client-Id"), p.Amount, p.Currency).Scan(&p.ID, &p.CreatedAt)
+		client, p.Amount, p.Currency).Scan(&p.ID, &p.CreatedAt)
+	if err == nil {
+		ev := PaymentCaptured{Type: "PaymentCaptured", EventID: paymentCapturedID(client, key), PaymentID: p.ID,
+			ClientID: client, Amount: p.Amount, Currency: p.Currency}
+		body, _ := json.Marshal(ev)
+		_, err = outbox.Add(ctx, tx, outbox.Message{Destination: a.events, EventID: ev.EventID, Body: string(body),
+			Attributes: map[string]outbox.Attribute{"type": outbox.StringAttribute(ev.Type)}})
+	}
 	if err != nil {
-		// A 5xx is not stored: the transaction rolls back and a retry runs again.
+		// A 5xx is not stored: the transaction rolls back (the payment and its event with it)
+		// and a retry runs again.
 		a.log.ErrorContext(ctx, "create payment", "error", err)
 		problem(w, http.StatusInternalServerError, "The payment could not be recorded; retry with the same Idempotency-Key.")
 		return
