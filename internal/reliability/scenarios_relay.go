@@ -156,7 +156,7 @@ var errRollback = errors.New("reliability: rolled back on purpose")
 // spread over spread.
 func (w *relayWorld) produce(ctx context.Context, prefix string, n int, spread time.Duration) error {
 	type job struct {
-		ev             Event
+		ev              Event
 		rollback, again bool
 	}
 	var jobs []job
