@@ -43,6 +43,12 @@ type env struct {
 	stdout, stderr io.Writer
 	// terminal is true when stdin and stderr are a terminal: a person is there to answer.
 	terminal bool
+	// tracer, when set, records send's spans instead of the tracer provider that the OTEL_*
+	// variables ask for (tests); send flushes it at exit and leaves it running.
+	tracer tracerProvider
+	// getenv reads the tracing variables send reads itself (OTEL_TRACES_EXPORTER, TRACEPARENT,
+	// ...); nil means os.Getenv. The OTLP exporter reads its own from the process.
+	getenv func(string) string
 }
 
 type command struct {

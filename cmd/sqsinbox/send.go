@@ -41,7 +41,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 			"within 5 minutes of the first.\n\n"+
 			"A message (the line plus its event_id attribute) may be at most --max-bytes: 256 KiB by\n"+
 			"default, the limit of SNS, of SQS before 2025 and of the emulators; SQS now accepts up to\n"+
-			"1 MiB (--max-bytes 1048576) where the queue's MaximumMessageSize allows it.")
+			"1 MiB (--max-bytes 1048576) where the queue's MaximumMessageSize allows it.\n\n"+traceEnvHelp)
 	queue := fs.String("queue", "", "queue name or URL (this or --topic-arn is required)")
 	topic := fs.String("topic-arn", "", "publish to this SNS topic instead of sending to a queue")
 	repeat := fs.Int("repeat", 1, "send each line this many times (duplicates on purpose)")
@@ -108,6 +108,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 	var (
 		entries []types.SendMessageBatchRequestEntry
 		sizes   []int
+		lineOf  []int // each entry's line number
 		lines   int
 	)
 	err = readLines(in, *maxBytes, func(line int, b []byte, n int) error {
@@ -147,6 +148,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 		for range *repeat {
 			entries = append(entries, entry)
 			sizes = append(sizes, size)
+			lineOf = append(lineOf, line)
 		}
 		return nil
 	})
@@ -160,6 +162,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 	var (
 		send   func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error
 		target string
+		url    string
 		verb   = "sent"
 	)
 	if *topic != "" {
@@ -174,7 +177,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 		if err != nil {
 			return err
 		}
-		url, err := queueURL(ctx, c, *queue)
+		url, err = queueURL(ctx, c, *queue)
 		if err != nil {
 			return err
 		}
@@ -183,9 +186,19 @@ func runSend(ctx context.Context, e env, args []string) error {
 		}
 		target = lastPart(url)
 	}
+	tr, err := startTracing(ctx, e, *topic, url)
+	if err != nil {
+		return err
+	}
+	defer tr.flush(ctx)
 	p := newProgress(e.stderr)
 	start := time.Now()
 	sent := 0
+	// ready are the next messages, their spans started (the ones the last batch could not
+	// carry once their trace headers were in): prepared as they are sent, so that a span
+	// covers the call that sends its message, not a --rate wait.
+	var ready []outgoing
+	defer func() { tr.end(ready, errNotSent) }()
 	for sent < len(entries) {
 		if err := ctx.Err(); err != nil {
 			p.done()
@@ -202,8 +215,18 @@ func runSend(ctx context.Context, e env, args []string) error {
 		if *rate > 0 {
 			n = min(n, max(1, int(*rate)))
 		}
-		n = fitBatch(sizes[sent:sent+n], *maxBytes)
-		if err := send(ctx, entries[sent:sent+n]); err != nil {
+		for i := sent + len(ready); i < sent+n; i++ {
+			ready = append(ready, tr.start(entries[i], sizes[i], lineOf[i], *maxBytes))
+		}
+		batch, batchSizes := make([]types.SendMessageBatchRequestEntry, n), make([]int, n)
+		for i, m := range ready[:n] {
+			batch[i], batchSizes[i] = m.entry, m.size
+		}
+		n = fitBatch(batchSizes, *maxBytes)
+		err := send(ctx, batch[:n])
+		tr.end(ready[:n], err)
+		ready = ready[n:]
+		if err != nil {
 			p.done()
 			fmt.Fprintf(e.stdout, "%s %d of %s before the error\n", verb, sent, plural(len(entries), "message"))
 			return err
@@ -216,6 +239,9 @@ func runSend(ctx context.Context, e env, args []string) error {
 		target, time.Since(start).Seconds())
 	return nil
 }
+
+// errNotSent ends the span of a message that send stopped before sending.
+var errNotSent = errors.New("not sent: send stopped before it")
 
 // fitBatch returns how many of the first messages, of these sizes, one SendMessageBatch may
 // carry: SQS limits a batch's total payload to the size of one message. At least one.
