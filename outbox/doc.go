@@ -32,6 +32,15 @@
 // last error in last_error), never dropped, until [Outbox.RetryParked] re-queues it.
 // [Outbox.Stats] reports the backlog, its oldest age and the parked rows.
 //
+// The relay is a pipeline: one goroutine claims rows (RelayConfig.ClaimSize at once) and queues
+// them as batches for RelayConfig.Senders goroutines that publish; it claims again while fewer
+// than twice Senders batches wait, and it writes the marks of the batches published since (sent,
+// failed, released) in the same round trip as that claim, marks first, in one transaction. The
+// round's commit does not wait for the disk: a crash of PostgreSQL that undid it would only
+// publish rows again, with their event ids. [Relay.Stop] lets the publishes in flight finish
+// and releases the claimed rows no sender had begun; [Relay.StopAndCancel] cancels the
+// publishes too, and releases their rows.
+//
 // The relay wakes on commit: a statement trigger NOTIFYs, and PostgreSQL delivers a
 // notification only when the transaction commits. It listens on a connection of its own, not
 // one of the pool's. Polling every RelayConfig.PollInterval is the fallback: it catches a
@@ -47,8 +56,9 @@
 // idle_in_transaction_session_timeout that sqsinbox sets for the inbox's transactions (and that
 // operators set server-wide) would end it, and it would hold a pooled connection and row locks
 // (and hold back vacuum) for as long as SQS is slow. A lease costs one more short statement per
-// claim. RelayConfig.Lease is at least twice RelayConfig.PublishTimeout and a round of batches
-// stays within half of it, so a live relay marks its rows before another may take them. A
+// claim. RelayConfig.Lease is at least twice RelayConfig.PublishTimeout and a claimed batch not
+// begun within half of it is released untried, so a live relay marks its rows before another
+// may take them. A
 // relay that dies holding a lease delays its rows by at most the lease; one that published and
 // died before marking leaves rows that are published again, with the same event id, for the
 // consuming inbox to absorb (and, on FIFO destinations, with the same deduplication id).

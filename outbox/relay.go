@@ -23,7 +23,7 @@ import (
 const (
 	// DefaultSenders is the number of batches the relay publishes at once.
 	DefaultSenders = 4
-	// DefaultPollInterval is how often an idle sender looks for rows when no NOTIFY woke it.
+	// DefaultPollInterval is how often an idle relay looks for rows when no NOTIFY woke it.
 	DefaultPollInterval = time.Second
 	// DefaultPublishTimeout bounds one SendMessageBatch or PublishBatch call, the SDK's retries
 	// included.
@@ -37,8 +37,8 @@ const (
 	// again: BackoffMin doubled at each failure, at most BackoffMax.
 	DefaultBackoffMin = time.Second
 	DefaultBackoffMax = 5 * time.Minute
-	// DefaultClaimSize is the number of rows a sender claims at once (five batches).
-	DefaultClaimSize = 50
+	// DefaultClaimSize is the number of rows the relay claims at once (ten batches).
+	DefaultClaimSize = 100
 	// DefaultMaxBatchBytes is the payload limit of one batch call: 256 KiB (1 MiB on SQS now).
 	DefaultMaxBatchBytes = 256 * 1024
 )
@@ -61,13 +61,15 @@ type RelayConfig struct {
 	// DefaultSenders; negative is an error.
 	Senders int
 
-	// ClaimSize is the number of rows a sender claims in one statement and then publishes in
-	// batches of ten, one batch after the other, before it marks them in one statement: the
-	// database's two round trips are shared by that many messages. 0 means DefaultClaimSize
-	// (50); negative or over 1000 is an error.
+	// ClaimSize is the number of rows the relay claims in one statement, to be published in
+	// batches of ten by the senders. The claim runs in the same round trip as the marks (sent,
+	// failed, released) of the batches published since the previous one, and the relay claims
+	// again when fewer than twice Senders batches are waiting, so that the senders do not wait
+	// for the database while there is work. 0 means DefaultClaimSize (100); negative or over 1000 is an
+	// error.
 	ClaimSize int
 
-	// PollInterval is how often an idle sender looks for rows without a NOTIFY: it catches
+	// PollInterval is how often an idle relay looks for rows without a NOTIFY: it catches
 	// notifications lost while no relay listened, and rows whose backoff ended. 0 means
 	// DefaultPollInterval (1 s); negative is an error.
 	PollInterval time.Duration
@@ -126,13 +128,15 @@ type Relay struct {
 	cfg      RelayConfig
 	kinds    []string
 	migrator *migrate.Migrator
-	sql      struct{ claim, sent, failed, release string }
+	sql      struct{ plan, claim, sent, failed, release string }
 
 	mu                 sync.Mutex
 	started, stopped   bool
 	stopCtx, workCtx   context.Context
 	stopCancel, cancel context.CancelCauseFunc
 	wake               chan struct{}
+	jobs               chan *job
+	results            chan outcome
 	wg                 sync.WaitGroup
 	done               chan struct{}
 	listening          atomic.Bool
@@ -190,17 +194,36 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		pick AS (SELECT o.id FROM ` + t + ` o WHERE ` + ready + ` AND o.destination = (SELECT destination FROM head)
 			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + t + ` o SET claimed_until = now() + make_interval(secs => $3), lease_token = $4
-		FROM pick WHERE o.id = pick.id
+		WHERE o.id = ANY(ARRAY(SELECT id FROM pick))
 		RETURNING o.id, o.event_id, o.kind, o.destination, o.fifo, o.body, o.attributes,
 			coalesce(o.group_id, ''), coalesce(o.dedup_id, ''), o.delay_seconds`
-	rl.sql.sent = `UPDATE ` + t + ` SET sent_at = now(), claimed_until = NULL, lease_token = NULL, last_error = NULL
-		WHERE id = ANY($1) AND lease_token = $2`
-	rl.sql.failed = `UPDATE ` + t + ` o SET attempts = o.attempts + 1, last_error = f.err, claimed_until = NULL, lease_token = NULL,
-			available_at = now() + make_interval(secs => least($3::float8, $4::float8 * power(2, o.attempts))),
-			parked_at = CASE WHEN o.attempts + 1 >= $5 THEN now() END
-		FROM unnest($1::bigint[], $2::text[]) AS f(id, err)
-		WHERE o.id = f.id AND o.lease_token = $6`
-	rl.sql.release = `UPDATE ` + t + ` SET claimed_until = NULL, lease_token = NULL WHERE id = ANY($1) AND lease_token = $2`
+	// The marks take each row with the token of its claim: a row whose lease passed to another
+	// claim is left alone.
+	rl.sql.sent = `UPDATE ` + t + ` o SET sent_at = now(), claimed_until = NULL, lease_token = NULL, last_error = NULL
+		FROM unnest($1::bigint[], $2::text[]) AS m(id, token) WHERE o.id = m.id AND o.lease_token = m.token`
+	rl.sql.failed = `WITH u AS (UPDATE ` + t + ` o SET attempts = o.attempts + 1, last_error = f.err, claimed_until = NULL, lease_token = NULL,
+			available_at = now() + make_interval(secs => least($4::float8, $5::float8 * power(2, o.attempts))),
+			parked_at = CASE WHEN o.attempts + 1 >= $6 THEN now() END
+		FROM unnest($1::bigint[], $2::text[], $3::text[]) AS f(id, err, token)
+		WHERE o.id = f.id AND o.lease_token = f.token RETURNING o.parked_at)
+		SELECT count(*) FILTER (WHERE parked_at IS NOT NULL) FROM u`
+	rl.sql.release = `UPDATE ` + t + ` o SET claimed_until = NULL, lease_token = NULL
+		FROM unnest($1::bigint[], $2::text[]) AS m(id, token) WHERE o.id = m.id AND o.lease_token = m.token`
+	// Every statement of a round finds its rows through an index on a short list of ids or from
+	// the front of the unsent index. With statistics that are missing or stale (a table just
+	// created or truncated, a backlog that grew since the last ANALYZE), the planner would
+	// rather read every unsent row (bitmap scans and sorts, hash joins over the whole table) at
+	// each claim: a cost that grows with the backlog, when the backlog is what the relay must
+	// work off.
+	//
+	// A round's commit does not wait for its WAL to reach the disk (synchronous_commit off): the
+	// relay writes nothing that a crash of PostgreSQL may not undo. A lost claim or release frees
+	// rows that are then claimed again; a lost "sent" publishes its rows again, with the same
+	// event ids, as a relay that dies before marking does; a lost "failed" costs an attempt less.
+	// The events themselves are committed by the producers' own transactions. The settings last
+	// until the end of the round's transaction.
+	rl.sql.plan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+		set_config('synchronous_commit', 'off', true)`
 	return rl, nil
 }
 
@@ -222,23 +245,39 @@ func (rl *Relay) Start(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	rl.stopCtx, rl.stopCancel = context.WithCancelCause(base)
 	rl.workCtx, rl.cancel = context.WithCancelCause(base)
-	rl.wake = make(chan struct{}, rl.cfg.Senders)
+	rl.wake = make(chan struct{}, 1)
+	rl.jobs = make(chan *job, 2*rl.cfg.Senders+rl.cfg.ClaimSize)
+	rl.results = make(chan outcome, rl.cfg.Senders)
 	rl.done = make(chan struct{})
 	rl.started = true
-	rl.wg.Add(1 + rl.cfg.Senders)
+	rl.wg.Add(2 + rl.cfg.Senders)
 	go rl.listener(conn)
+	go rl.feeder()
 	for range rl.cfg.Senders {
-		go rl.sender()
+		go rl.publisher()
 	}
 	go func() { rl.wg.Wait(); close(rl.done) }()
 	return nil
 }
 
-// Stop stops claiming, lets the batches in flight finish and be marked, and returns when every
+// Stop stops claiming, lets the batches in flight finish and be marked, releases the claimed
+// rows that no sender had begun (another relay may take them at once), and returns when every
 // goroutine of the relay has ended. If ctx ends first, the publishes in flight are cancelled
 // (their rows are released, to be published again) and Stop returns context.Cause(ctx) once
 // the goroutines have ended.
-func (rl *Relay) Stop(ctx context.Context) error {
+func (rl *Relay) Stop(ctx context.Context) error { return rl.stop(ctx, false) }
+
+// StopAndCancel is [Relay.Stop] that cancels the publishes in flight at once, with
+// [ErrStopping]. The rows of a cancelled publish are released with no attempt counted, and so
+// are the claimed rows that no sender had begun, so that another relay may take them at once;
+// the rows whose publish had already succeeded are marked sent. A cancelled publish may still
+// have reached SQS or SNS: such a row is published again, with the same event id, which is
+// what the consuming inbox absorbs. The marks and releases are written after the cancel, each
+// round bounded by RelayConfig.PublishTimeout; if ctx ends first, StopAndCancel returns
+// context.Cause(ctx) once the goroutines have ended.
+func (rl *Relay) StopAndCancel(ctx context.Context) error { return rl.stop(ctx, true) }
+
+func (rl *Relay) stop(ctx context.Context, cancelNow bool) error {
 	rl.mu.Lock()
 	if !rl.started {
 		rl.mu.Unlock()
@@ -247,6 +286,9 @@ func (rl *Relay) Stop(ctx context.Context) error {
 	rl.stopped = true
 	rl.mu.Unlock()
 	rl.stopCancel(ErrStopping)
+	if cancelNow {
+		rl.cancel(ErrStopping)
+	}
 	select {
 	case <-rl.done:
 		rl.cancel(ErrStopping)
@@ -333,135 +375,6 @@ func (rl *Relay) wakeOne() {
 	case rl.wake <- struct{}{}:
 	default:
 	}
-}
-
-func (rl *Relay) sender() {
-	defer rl.wg.Done()
-	poll := time.NewTimer(0)
-	defer poll.Stop()
-	for rl.stopCtx.Err() == nil {
-		n, err := rl.once(rl.workCtx)
-		if err != nil && rl.workCtx.Err() == nil {
-			rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: relay round failed", "schema", rl.cfg.Schema, "error", err)
-		}
-		if err == nil && n == rl.cfg.ClaimSize {
-			rl.wakeOne() // more is likely waiting: let another sender take some
-			continue
-		}
-		poll.Reset(rl.cfg.PollInterval)
-		select {
-		case <-rl.stopCtx.Done():
-			return
-		case <-rl.wake:
-		case <-poll.C:
-		}
-	}
-}
-
-// once claims up to ClaimSize rows of one destination, publishes them, and marks
-// each sent or failed. It returns the number of rows claimed.
-func (rl *Relay) once(ctx context.Context) (int, error) {
-	token := newToken()
-	rows, err := rl.claim(ctx, token)
-	if err != nil || len(rows) == 0 {
-		return 0, err
-	}
-	var sent, failedIDs, unsent []int64
-	var failedErrs []string
-	// The batches are published one after the other, all within half the lease, so that the
-	// rows are marked before the lease can pass to another relay. Batches not begun by then are
-	// released untried.
-	round, cancelRound := context.WithTimeout(ctx, rl.cfg.Lease/2)
-	defer cancelRound()
-	for _, b := range batches(rows, rl.cfg.MaxBatchBytes) {
-		if round.Err() != nil {
-			for _, r := range b {
-				unsent = append(unsent, r.id)
-			}
-			continue
-		}
-		pctx, cancel := context.WithTimeout(round, rl.cfg.PublishTimeout)
-		errs := rl.publish(pctx, b)
-		cancel()
-		for i, r := range b {
-			if errs[i] == nil {
-				sent = append(sent, r.id)
-			} else {
-				failedIDs = append(failedIDs, r.id)
-				failedErrs = append(failedErrs, errs[i].Error())
-			}
-		}
-	}
-	// The marks outlive a hard stop: a row published and left unmarked is published again.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rl.cfg.PublishTimeout)
-	defer cancel()
-	if ctx.Err() != nil {
-		// Cancelled by Stop, not refused: release them, with no attempt counted.
-		unsent, failedIDs = append(unsent, failedIDs...), nil
-	}
-	if len(unsent) > 0 {
-		if _, err := rl.pool.Exec(mctx, rl.sql.release, unsent, token); err != nil {
-			return len(rows), fmt.Errorf("outbox: release %d rows: %w", len(unsent), err)
-		}
-	}
-	var errs []error
-	if len(sent) > 0 {
-		tag, err := rl.pool.Exec(mctx, rl.sql.sent, sent, token)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("outbox: mark %d rows sent (they will be published again when the lease ends): %w", len(sent), err))
-		} else {
-			rl.published.Add(tag.RowsAffected())
-			if lost := int64(len(sent)) - tag.RowsAffected(); lost > 0 {
-				rl.lost.Add(lost)
-				rl.cfg.Logger.WarnContext(ctx, "outbox: lease lost before the rows were marked sent; they may be published twice, with the same event ids",
-					"schema", rl.cfg.Schema, "rows", lost)
-			}
-		}
-	}
-	if len(failedIDs) > 0 {
-		rl.failures.Add(int64(len(failedIDs)))
-		var parked int64
-		err := rl.pool.QueryRow(mctx, "WITH u AS ("+rl.sql.failed+" RETURNING o.parked_at) SELECT count(*) FILTER (WHERE parked_at IS NOT NULL) FROM u",
-			failedIDs, failedErrs, rl.cfg.BackoffMax.Seconds(), rl.cfg.BackoffMin.Seconds(), rl.cfg.MaxAttempts, token).Scan(&parked)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("outbox: mark %d rows failed: %w", len(failedIDs), err))
-		} else if parked > 0 {
-			rl.parked.Add(parked)
-			rl.cfg.Logger.ErrorContext(ctx, "outbox: messages parked after repeated failures", "schema", rl.cfg.Schema,
-				"parked", parked, "max_attempts", rl.cfg.MaxAttempts, "last_error", failedErrs[0])
-		}
-	}
-	return len(rows), errors.Join(errs...)
-}
-
-func (rl *Relay) claim(ctx context.Context, token string) ([]*row, error) {
-	rs, err := rl.pool.Query(ctx, rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
-	}
-	var out []*row
-	for rs.Next() {
-		r := &row{}
-		var kind string
-		var attrs []byte
-		if err := rs.Scan(&r.id, &r.eventID, &kind, &r.destination, &r.fifo, &r.body, &attrs, &r.groupID, &r.dedupID, &r.delay); err != nil {
-			rs.Close()
-			return nil, fmt.Errorf("outbox: claim: %w", err)
-		}
-		r.kind = Kind(kind)
-		if err := r.decode(attrs); err != nil {
-			rs.Close()
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
-	}
-	// The claim's UPDATE returns rows in no set order; FIFO heads are one per group, but keep
-	// the batch in id order anyway.
-	sortByID(out)
-	return out, nil
 }
 
 func sortByID(rows []*row) {

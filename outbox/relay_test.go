@@ -105,6 +105,19 @@ func receive(t testing.TB, url string, n int) []sqstypes.Message {
 	return got
 }
 
+// receiveDistinct takes n messages off the queue, and fails the test unless their bodies are
+// n different ones.
+func receiveDistinct(t testing.TB, url string, n int) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, m := range receive(t, url, n) {
+		seen[aws.ToString(m.Body)] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("received %d distinct of %d", len(seen), n)
+	}
+}
+
 // empty checks that the queue holds nothing more.
 func empty(t testing.TB, url string) {
 	t.Helper()
@@ -115,6 +128,19 @@ func empty(t testing.TB, url string) {
 	if n != 0 {
 		t.Fatalf("%d more messages in the queue; want none", n)
 	}
+}
+
+// waitStats waits until ok holds: a relay counts a mark once its round has committed, which
+// may be after a test sees the message or the row.
+func waitStats(t *testing.T, what string, ok func() bool, relays ...*outbox.Relay) {
+	t.Helper()
+	sqstest.WaitFor(t, waitLong, "relay stats: "+what, func() (bool, string) {
+		var got []string
+		for _, rl := range relays {
+			got = append(got, fmt.Sprintf("%+v", rl.Stats()))
+		}
+		return ok(), strings.Join(got, ", ")
+	})
 }
 
 func eventID(m sqstypes.Message) string {
@@ -204,9 +230,7 @@ func TestCommittedEventsReachTheQueue(t *testing.T) {
 		t.Fatalf("%d rows; want 1 (the rolled-back one never existed)", n)
 	}
 	empty(t, q.URL)
-	if s := rl.Stats(); s.Published != 1 {
-		t.Fatalf("relay stats %+v; want 1 published", s)
-	}
+	waitStats(t, "1 published", func() bool { return rl.Stats().Published == 1 }, rl)
 }
 
 // TestLostNotifyCaughtByPolling checks both ways a NOTIFY is missed: events committed before
@@ -245,14 +269,7 @@ func TestPartialBatchRetriesOnlyFailed(t *testing.T) {
 	}
 	b.add(t, msgs...)
 	rl := b.startRelay(t, outbox.RelayConfig{SQS: f, Senders: 1})
-	got := receive(t, q.URL, 10)
-	seen := map[string]bool{}
-	for _, m := range got {
-		seen[aws.ToString(m.Body)] = true
-	}
-	if len(seen) != 10 {
-		t.Fatalf("received %d distinct of 10", len(seen))
-	}
+	receiveDistinct(t, q.URL, 10)
 	for i := range 10 {
 		body, want := "m"+strconv.Itoa(i), 1
 		if i == 3 || i == 7 {
@@ -263,9 +280,7 @@ func TestPartialBatchRetriesOnlyFailed(t *testing.T) {
 		}
 	}
 	empty(t, q.URL)
-	if s := rl.Stats(); s.Published != 10 || s.Failures != 2 {
-		t.Fatalf("relay stats %+v; want 10 published, 2 failures", s)
-	}
+	waitStats(t, "10 published, 2 failures", func() bool { s := rl.Stats(); return s.Published == 10 && s.Failures == 2 }, rl)
 }
 
 // TestParkAfterMaxAttempts checks that a message that keeps failing is parked with its error,
@@ -293,9 +308,7 @@ func TestParkAfterMaxAttempts(t *testing.T) {
 	if attempts != 3 || !strings.Contains(lastErr, "InjectedFault") || f.sends("poison") != 3 {
 		t.Fatalf("attempts %d, sends %d, last error %q; want 3, 3 and the injected fault", attempts, f.sends("poison"), lastErr)
 	}
-	if s := rl.Stats(); s.Parked != 1 {
-		t.Fatalf("relay stats %+v", s)
-	}
+	waitStats(t, "1 parked", func() bool { return rl.Stats().Parked == 1 }, rl)
 	// The fault is used up; the operator re-queues it and it goes.
 	if n, err := b.ob.RetryParked(t.Context()); err != nil || n != 1 {
 		t.Fatalf("RetryParked = %d, %v", n, err)
@@ -372,10 +385,8 @@ func TestTwoRelaysPublishOnce(t *testing.T) {
 		}
 	}
 	empty(t, q.URL)
+	waitStats(t, fmt.Sprintf("%d published by both", n), func() bool { return r1.Stats().Published+r2.Stats().Published == n }, r1, r2)
 	s1, s2 := r1.Stats(), r2.Stats()
-	if s1.Published+s2.Published != n {
-		t.Fatalf("published %d + %d; want %d", s1.Published, s2.Published, n)
-	}
 	t.Logf("relay 1 published %d, relay 2 %d", s1.Published, s2.Published)
 }
 
@@ -418,4 +429,74 @@ func TestPurgeDeletesOnlyOldSentRows(t *testing.T) {
 	if n := b.count(t, "SELECT count(*) FROM "+b.schema+".outbox_messages WHERE event_id IN ('new', 'unsent')"); n != 2 {
 		t.Fatalf("%d of the young and unsent rows left; want 2", n)
 	}
+}
+
+// blocking passes its first call to the real client and holds every later one until its
+// context ends; entered receives a value as each held call begins.
+type blocking struct {
+	next    outbox.SQSClient
+	mu      sync.Mutex
+	calls   int
+	entered chan struct{}
+}
+
+func (c *blocking) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	c.mu.Lock()
+	c.calls++
+	first := c.calls == 1
+	c.mu.Unlock()
+	if first {
+		return c.next.SendMessageBatch(ctx, in, optFns...)
+	}
+	c.entered <- struct{}{}
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
+}
+
+// TestStopAndCancel checks that StopAndCancel cancels a publish in flight (one that would
+// otherwise hold Stop for the ten-minute publish timeout), marks sent the batch that was
+// published, and releases the rest with no attempt counted, so that another relay publishes
+// them at once rather than after the twenty-minute lease.
+func TestStopAndCancel(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
+	var msgs []outbox.Message
+	for i := range 30 {
+		msgs = append(msgs, outbox.Message{Destination: q.URL, Body: "m" + strconv.Itoa(i)})
+	}
+	b.add(t, msgs...)
+	c := &blocking{next: srv.Client(), entered: make(chan struct{}, 10)}
+	rl, err := outbox.NewRelay(b.pool, &outbox.RelayConfig{Schema: b.schema, SQS: c, Senders: 1, ClaimSize: 30,
+		PublishTimeout: 10 * time.Minute, Lease: 20 * time.Minute, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.entered:
+	case <-time.After(waitLong):
+		t.Fatal("the relay never made its second publish")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitLong)
+	defer cancel()
+	if err := rl.StopAndCancel(ctx); err != nil {
+		t.Fatalf("StopAndCancel: %v", err)
+	}
+	if s := rl.Stats(); s.Published != 10 || s.Failures != 0 {
+		t.Fatalf("relay stats %+v; want the first batch of 10 published and no failure", s)
+	}
+	tb := b.schema + ".outbox_messages"
+	if n := b.count(t, "SELECT count(*) FROM "+tb+" WHERE sent_at IS NOT NULL"); n != 10 {
+		t.Fatalf("%d rows marked sent; want 10", n)
+	}
+	if n := b.count(t, "SELECT count(*) FROM "+tb+" WHERE sent_at IS NULL AND claimed_until IS NULL AND lease_token IS NULL AND attempts = 0"); n != 20 {
+		t.Fatalf("%d unsent rows released with no attempt counted; want 20", n)
+	}
+	b.startRelay(t, outbox.RelayConfig{Lease: 20 * time.Minute})
+	receiveDistinct(t, q.URL, 30)
+	empty(t, q.URL)
 }

@@ -1,0 +1,297 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The relay is a pipeline: one feeder goroutine talks to PostgreSQL, and Senders publisher
+// goroutines talk to SQS or SNS.
+//
+// The feeder claims rows, splits them into batches (jobs) and queues them for the publishers,
+// claiming again while fewer than twice Senders jobs are queued, so that a publisher does not
+// wait for the database while there is work. Each publisher reports what became of its job's rows, and the feeder writes
+// those marks (sent, failed, released) in the same round trip as its next claim: one pgx.Batch,
+// which PostgreSQL runs as one implicit transaction, marks first. So the rows of a FIFO group's
+// head are marked sent before the claim that may take the group's next row, and the database
+// is asked one round trip per claimed set instead of two.
+//
+// The guarantees do not depend on the pipeline: a row is marked sent only from a publisher's
+// report of a successful entry; a FIFO row is claimable only when no earlier row of its group is
+// unsent (so one row per group is claimed, queued or in flight at a time, and a failed one holds
+// its group back); a failed entry is marked failed alone; every mark checks the claim's token.
+
+// job is one batch of a claim, queued for a publisher.
+type job struct {
+	rows     []*row
+	token    string
+	deadline time.Time // Lease/2 after the claim was sent: a job not begun by then is released
+}
+
+// outcome is what a publisher did with a job's rows.
+type outcome struct {
+	token        string
+	sent, unsent []int64
+	failed       []int64
+	failedErrs   []string
+}
+
+// marks are the outcomes the feeder has not written yet: ids with the token of their claim.
+type marks struct {
+	sentIDs, failedIDs, releaseIDs          []int64
+	sentTokens, failedTokens, releaseTokens []string
+	failedErrs                              []string
+}
+
+func (m *marks) add(o outcome) {
+	for _, id := range o.sent {
+		m.sentIDs, m.sentTokens = append(m.sentIDs, id), append(m.sentTokens, o.token)
+	}
+	for _, id := range o.unsent {
+		m.releaseIDs, m.releaseTokens = append(m.releaseIDs, id), append(m.releaseTokens, o.token)
+	}
+	for i, id := range o.failed {
+		m.failedIDs, m.failedTokens = append(m.failedIDs, id), append(m.failedTokens, o.token)
+		m.failedErrs = append(m.failedErrs, o.failedErrs[i])
+	}
+}
+
+func (m *marks) len() int { return len(m.sentIDs) + len(m.failedIDs) + len(m.releaseIDs) }
+
+// feeder claims rows for the publishers and writes the marks of their outcomes, until Stop.
+// Then it stops claiming, closes the queue (the publishers release what they take from it
+// afterwards), waits for every outcome, writes the last marks and returns.
+func (rl *Relay) feeder() {
+	defer rl.wg.Done()
+	var (
+		m        marks
+		inflight int  // jobs queued or being published, whose outcome has not come back
+		hungry   bool // claim again as soon as the queue is short: the last claim found rows, or a wake came since
+		closed   bool
+	)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for {
+		stopping := rl.stopCtx.Err() != nil
+		if stopping && !closed {
+			close(rl.jobs)
+			closed = true
+		}
+		claim := !stopping && hungry && len(rl.jobs) < 2*rl.cfg.Senders
+		// Without a claim to ride on, marks are written at once unless a claim is coming soon.
+		flush := m.len() > 0 && (!hungry || stopping || m.len() >= rl.cfg.ClaimSize || inflight == 0)
+		if claim || flush {
+			jobs, bad, err := rl.round(&m, claim)
+			if err != nil && rl.workCtx.Err() == nil {
+				rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: relay round failed", "schema", rl.cfg.Schema, "error", err)
+			}
+			m = marks{}
+			m.add(bad)
+			if claim {
+				hungry = err == nil && len(jobs) > 0
+				for _, j := range jobs {
+					rl.jobs <- j // never blocks: the queue holds 2*Senders+ClaimSize jobs, and is short before a claim
+				}
+				inflight += len(jobs)
+				if !hungry {
+					poll.Reset(rl.cfg.PollInterval)
+				}
+			}
+			continue
+		}
+		if stopping && inflight == 0 {
+			return
+		}
+		var stopped <-chan struct{}
+		if !stopping {
+			stopped = rl.stopCtx.Done()
+		}
+		select {
+		case o := <-rl.results:
+			m.add(o)
+			inflight--
+		case <-rl.wake:
+			hungry = true
+		case <-poll.C:
+			hungry = true
+		case <-stopped:
+		}
+	}
+}
+
+// publisher publishes the queued jobs until the queue is closed and empty, and reports each
+// one's outcome. A job taken while the relay stops, or past its deadline, is released untried.
+func (rl *Relay) publisher() {
+	defer rl.wg.Done()
+	for j := range rl.jobs {
+		rl.results <- rl.publishJob(j)
+	}
+}
+
+func (rl *Relay) publishJob(j *job) outcome {
+	o := outcome{token: j.token}
+	ctx := rl.workCtx
+	if rl.stopCtx.Err() != nil || !time.Now().Before(j.deadline) {
+		for _, r := range j.rows {
+			o.unsent = append(o.unsent, r.id)
+		}
+		return o
+	}
+	pctx, cancel := context.WithDeadline(ctx, minTime(j.deadline, time.Now().Add(rl.cfg.PublishTimeout)))
+	errs := rl.publish(pctx, j.rows)
+	cancel()
+	for i, r := range j.rows {
+		switch {
+		case errs[i] == nil:
+			o.sent = append(o.sent, r.id)
+		case ctx.Err() != nil:
+			// Cancelled by Stop, not refused: released, with no attempt counted.
+			o.unsent = append(o.unsent, r.id)
+		default:
+			o.failed = append(o.failed, r.id)
+			o.failedErrs = append(o.failedErrs, errs[i].Error())
+		}
+	}
+	return o
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// round writes m and, if claim, claims rows, in one round trip (one implicit transaction), and
+// returns the claimed rows as jobs, and as an outcome to mark those that cannot be published. If the round fails with marks in it, the marks are written
+// again alone: a failed claim must not lose them. The marks outlive a hard stop (a row published
+// and left unmarked is published again); each round is bounded by PublishTimeout.
+func (rl *Relay) round(m *marks, claim bool) ([]*job, outcome, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.workCtx), rl.cfg.PublishTimeout)
+	defer cancel()
+	jobs, bad, err := rl.roundTrip(ctx, m, claim)
+	if err != nil && claim && m.len() > 0 {
+		if _, _, err2 := rl.roundTrip(ctx, m, false); err2 != nil {
+			return nil, bad, errors.Join(err, err2)
+		}
+	}
+	return jobs, bad, err
+}
+
+func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, outcome, error) {
+	b := &pgx.Batch{}
+	b.Queue(rl.sql.plan)
+	if len(m.releaseIDs) > 0 {
+		b.Queue(rl.sql.release, m.releaseIDs, m.releaseTokens)
+	}
+	if len(m.sentIDs) > 0 {
+		b.Queue(rl.sql.sent, m.sentIDs, m.sentTokens)
+	}
+	if len(m.failedIDs) > 0 {
+		b.Queue(rl.sql.failed, m.failedIDs, m.failedErrs, m.failedTokens, rl.cfg.BackoffMax.Seconds(), rl.cfg.BackoffMin.Seconds(), rl.cfg.MaxAttempts)
+	}
+	token := newToken()
+	deadline := time.Now().Add(rl.cfg.Lease / 2)
+	if claim {
+		b.Queue(rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token)
+	}
+	br := rl.pool.SendBatch(ctx, b)
+	var (
+		published, parked int64
+		claimed           []*row
+		raw               [][]byte
+	)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("outbox: set the claim's planner settings: %w", err)
+		}
+		if len(m.releaseIDs) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("outbox: release %d rows: %w", len(m.releaseIDs), err)
+			}
+		}
+		if len(m.sentIDs) > 0 {
+			tag, err := br.Exec()
+			if err != nil {
+				return fmt.Errorf("outbox: mark %d rows sent (they will be published again when the lease ends): %w", len(m.sentIDs), err)
+			}
+			published = tag.RowsAffected()
+		}
+		if len(m.failedIDs) > 0 {
+			if err := br.QueryRow().Scan(&parked); err != nil {
+				return fmt.Errorf("outbox: mark %d rows failed: %w", len(m.failedIDs), err)
+			}
+		}
+		if claim {
+			rs, err := br.Query()
+			if err != nil {
+				return fmt.Errorf("outbox: claim: %w", err)
+			}
+			for rs.Next() {
+				r := &row{}
+				var kind string
+				var attrs []byte
+				if err := rs.Scan(&r.id, &r.eventID, &kind, &r.destination, &r.fifo, &r.body, &attrs, &r.groupID, &r.dedupID, &r.delay); err != nil {
+					rs.Close()
+					return fmt.Errorf("outbox: claim: %w", err)
+				}
+				r.kind = Kind(kind)
+				claimed, raw = append(claimed, r), append(raw, attrs)
+			}
+			if err := rs.Err(); err != nil {
+				return fmt.Errorf("outbox: claim: %w", err)
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("outbox: relay round: %w", cerr)
+	}
+	bad := outcome{token: token}
+	if err != nil {
+		return nil, bad, err // the transaction rolled back: nothing of it happened
+	}
+	rl.counted(m, published, parked)
+	// A row whose attributes do not decode can never be published: it fails, and is parked in
+	// the end, instead of being claimed again at every lease.
+	rows := claimed[:0]
+	for i, r := range claimed {
+		if err := r.decode(raw[i]); err != nil {
+			bad.failed, bad.failedErrs = append(bad.failed, r.id), append(bad.failedErrs, err.Error())
+			continue
+		}
+		rows = append(rows, r)
+	}
+	if len(bad.failed) > 0 {
+		rl.cfg.Logger.ErrorContext(ctx, "outbox: claimed rows whose attributes do not decode", "schema", rl.cfg.Schema, "rows", len(bad.failed), "error", bad.failedErrs[0])
+	}
+	// The claim's UPDATE returns rows in no set order; FIFO heads are one per group, but keep
+	// the batches in id order anyway.
+	sortByID(rows)
+	var jobs []*job
+	for _, b := range batches(rows, rl.cfg.MaxBatchBytes) {
+		jobs = append(jobs, &job{rows: b, token: token, deadline: deadline})
+	}
+	return jobs, bad, nil
+}
+
+// counted adds a committed round's marks to the relay's counters, and reports lost leases and
+// parked rows.
+func (rl *Relay) counted(m *marks, published, parked int64) {
+	rl.published.Add(published)
+	if lost := int64(len(m.sentIDs)) - published; lost > 0 {
+		rl.lost.Add(lost)
+		rl.cfg.Logger.WarnContext(rl.workCtx, "outbox: lease lost before the rows were marked sent; they may be published twice, with the same event ids",
+			"schema", rl.cfg.Schema, "rows", lost)
+	}
+	rl.failures.Add(int64(len(m.failedIDs)))
+	if parked > 0 {
+		rl.parked.Add(parked)
+		rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: messages parked after repeated failures", "schema", rl.cfg.Schema,
+			"parked", parked, "max_attempts", rl.cfg.MaxAttempts, "last_error", m.failedErrs[0])
+	}
+}
