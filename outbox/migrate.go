@@ -5,6 +5,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -45,4 +46,43 @@ func MigrateDown(ctx context.Context, pool *pgxpool.Pool, schema string, steps i
 		return nil, err
 	}
 	return mg.Down(ctx, steps)
+}
+
+// MigrateDownAll reverts every applied migration of schema, newest first, and returns the
+// versions reverted. It drops the outbox's table with every unsent event in it.
+func MigrateDownAll(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	mg, err := newMigrator(pool, cmp.Or(schema, DefaultSchema))
+	if err != nil {
+		return nil, err
+	}
+	return mg.DownAll(ctx)
+}
+
+// MigrationStatus is one of the outbox's migrations and when it was applied (zero if pending).
+// It has the fields of inbox.MigrationStatus, so that a tool can list both alike.
+type MigrationStatus struct {
+	Version   int
+	Name      string
+	AppliedAt time.Time
+	// Drops are the tables of the schema that reverting this migration drops, with their rows:
+	// what [MigrateDown] would destroy.
+	Drops []string
+}
+
+// Migrations lists the outbox's migrations of schema (empty means DefaultSchema), each with
+// when it was applied, from the version table ([VersionTable]). It creates nothing.
+func Migrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]MigrationStatus, error) {
+	mg, err := newMigrator(pool, cmp.Or(schema, DefaultSchema))
+	if err != nil {
+		return nil, err
+	}
+	st, err := mg.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: migrations of %s: %w", cmp.Or(schema, DefaultSchema), err)
+	}
+	out := make([]MigrationStatus, len(st))
+	for i, s := range st {
+		out[i] = MigrationStatus{Version: s.Version, Name: s.Name, AppliedAt: s.AppliedAt, Drops: s.Drops}
+	}
+	return out, nil
 }
