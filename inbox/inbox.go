@@ -100,7 +100,11 @@ type statements struct {
 	// transaction's idle time, inserts, and (when it inserted) sets the lock wait back to what it
 	// was for the handler's statements.
 	boundedClaim string
-	stats        string
+	// batchClaim is RunBatch's: boundedClaim for an array of keys, inserted in a stable order,
+	// returning the keys it inserted.
+	batchClaim string
+	unclaim    string // deletes the claims of a batch's items that were not processed
+	stats      string
 }
 
 // New returns an inbox that uses pool. It does no I/O: call [Inbox.Check] at start, after
@@ -135,6 +139,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 			claim: "INSERT INTO " + sqlident.Quote(c.Schema, "processed_messages") +
 				" (handler, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
 			boundedClaim: boundedClaim(c),
+			batchClaim:   batchClaim(c),
+			unclaim: "DELETE FROM " + sqlident.Quote(c.Schema, "processed_messages") +
+				" WHERE handler = $1 AND event_id = ANY($2::text[])",
 			stats: "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + sqlident.Quote(c.Schema, "processed_messages") +
 				" GROUP BY handler ORDER BY handler",
 		},
@@ -156,6 +163,22 @@ func boundedClaim(c Config) string {
 		"RETURNING (SELECT set_config('lock_timeout', s.lock_timeout, true) FROM s)",
 		c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), sqlident.Quote(c.Schema, "processed_messages"))
 }
+
+// batchClaim is boundedClaim for RunBatch: the keys come as one array and are inserted in byte
+// order, so that every batch takes its claims' locks in the same order, and it returns the keys it
+// inserted. The lock wait cannot be reset in RETURNING here (that would run after the first row,
+// before the others' waits), so the CTE keeps its old value in sqsinbox.lock_timeout, a setting
+// of the transaction's own, and resetLockTimeout, queued right after, sets it back.
+func batchClaim(c Config) string {
+	return fmt.Sprintf("WITH s AS (SELECT set_config('sqsinbox.lock_timeout', current_setting('lock_timeout'), true), "+
+		"set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)) "+
+		"INSERT INTO %s (handler, event_id) SELECT $1, k FROM s, unnest($2::text[]) AS k ORDER BY k COLLATE \"C\" "+
+		"ON CONFLICT DO NOTHING RETURNING event_id",
+		c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), sqlident.Quote(c.Schema, "processed_messages"))
+}
+
+// resetLockTimeout follows batchClaim.
+const resetLockTimeout = "SELECT set_config('lock_timeout', current_setting('sqsinbox.lock_timeout'), true)"
 
 func (c *Config) validate() error {
 	if err := sqlident.Validate("inbox: Config.Schema", c.Schema); err != nil {

@@ -30,6 +30,14 @@ const (
 	DefaultDeleteInterval = 20 * time.Millisecond
 	// DefaultMaxPollers caps the default number of pollers.
 	DefaultMaxPollers = 16
+	// DefaultHandlerBatch is the most messages a [BatchHandler] gets in one call (for the inbox:
+	// one transaction), when Config.HandlerBatch is 0. It is SQS's receive maximum.
+	DefaultHandlerBatch = 10
+	// DefaultLinger is how long a batch with room left waits for more messages before it starts.
+	DefaultLinger = 2 * time.Millisecond
+	// DefaultMaxHold is how long a received message may wait for a free handler before it is
+	// released to the queue.
+	DefaultMaxHold = 30 * time.Second
 	// DefaultStartTimeout bounds Start's calls (queue attributes, the dead-letter queue, the
 	// handler's start-up checks).
 	DefaultStartTimeout = 30 * time.Second
@@ -47,6 +55,15 @@ const (
 	MaxBatchSize = 10
 )
 
+// MaxHandlerBatch is the largest Config.HandlerBatch. The inbox runs each message of a batch in a
+// savepoint of its own (a subtransaction), and PostgreSQL slows every session down once a
+// transaction holds more than 64 of them; 20 leaves room for a savepoint of the handler's own
+// inside each message's.
+const MaxHandlerBatch = 20
+
+// maxLinger bounds Config.Linger: a batch exists to save work under load, not to add latency.
+const maxLinger = 100 * time.Millisecond
+
 // Config configures a [Worker].
 type Config struct {
 	// QueueURL is the queue's URL. Either it or QueueName must be set; QueueURL wins.
@@ -58,14 +75,42 @@ type Config struct {
 	// Handler processes each message. Required. If it implements [QueueChecker], Start calls it.
 	Handler Handler
 
-	// Concurrency is the most handlers in flight at once; the worker never holds more received
-	// messages than it can start. 0 means DefaultConcurrency (10); negative is an error.
+	// Concurrency is the most handler calls in flight at once: messages for a plain [Handler],
+	// batches for a [BatchHandler] (for the inbox, each batch is a transaction on a connection of
+	// its own, so the pool needs Concurrency connections). 0 means DefaultConcurrency (10);
+	// negative is an error.
 	Concurrency int
 
+	// HandlerBatch is the most messages a [BatchHandler] gets in one call: for the inbox handler,
+	// one transaction with a savepoint per message and one COMMIT, then one DeleteMessageBatch.
+	// The messages of a batch run one after another, so the batch commits after the sum of their
+	// handlers' times: lower it (1 turns batching off) when handlers make slow external calls. 0
+	// means DefaultHandlerBatch (10) for a BatchHandler, and 1 for a plain Handler; at most
+	// MaxHandlerBatch (20); negative is an error.
+	HandlerBatch int
+
+	// Linger is how long a batch that has room for more messages waits for them before it
+	// starts, so that a batch fills under load and a lone message at low load waits only this
+	// long. 0 means DefaultLinger (2 ms); negative means no wait; at most 100 ms.
+	Linger time.Duration
+
+	// Prefetch is the number of received messages the worker may hold, beyond those its handlers
+	// are running, so that a handler that frees up finds its next messages received already
+	// instead of waiting for a ReceiveMessage round trip. A held message is covered as a running
+	// one is: its lease (visibility) is extended from its receive, it is released (visibility 0)
+	// at stop, and it never waits longer than MaxHold. 0 means Concurrency × HandlerBatch;
+	// negative means none (the worker then receives only for free handlers).
+	Prefetch int
+
+	// MaxHold is the longest a received message waits for a handler. A held message that has
+	// waited this long is released to the queue (visibility 0) and counted as Released; the check
+	// runs at each of its heartbeats, so the bound is MaxHold plus a third of the visibility
+	// timeout. 0 means DefaultMaxHold (30 s); negative is an error.
+	MaxHold time.Duration
+
 	// Pollers is the number of goroutines that call ReceiveMessage. 0 means one more than it
-	// takes to fill Concurrency with full batches (Concurrency/BatchSize rounded up, plus one, so
-	// that a free slot need not wait for a receive in flight), at most DefaultMaxPollers;
-	// negative is an error.
+	// takes to fill the running handlers with full receives (Concurrency × HandlerBatch /
+	// BatchSize rounded up, plus one), at most DefaultMaxPollers; negative is an error.
 	Pollers int
 
 	// BatchSize is the most messages one ReceiveMessage asks for, 1 to 10. 0 means
@@ -135,8 +180,17 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
-	if c.BatchSize > 0 && c.Concurrency > 0 {
-		c.Pollers = cmp.Or(c.Pollers, min((c.Concurrency+c.BatchSize-1)/c.BatchSize+1, DefaultMaxPollers))
+	if _, ok := c.Handler.(BatchHandler); ok {
+		c.HandlerBatch = cmp.Or(c.HandlerBatch, DefaultHandlerBatch)
+	} else if c.HandlerBatch == 0 {
+		c.HandlerBatch = 1
+	}
+	c.Linger = cmp.Or(c.Linger, DefaultLinger)
+	c.MaxHold = cmp.Or(c.MaxHold, DefaultMaxHold)
+	if c.BatchSize > 0 && c.Concurrency > 0 && c.HandlerBatch > 0 {
+		running := c.Concurrency * c.HandlerBatch
+		c.Pollers = cmp.Or(c.Pollers, min((running+c.BatchSize-1)/c.BatchSize+1, DefaultMaxPollers))
+		c.Prefetch = cmp.Or(c.Prefetch, running)
 	}
 	c.WaitTime = cmp.Or(c.WaitTime, DefaultWaitTime)
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)
@@ -164,6 +218,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: Config.Concurrency is %d; it must be positive (0 means %d)", c.Concurrency, DefaultConcurrency)
 	case c.Pollers < 0:
 		return fmt.Errorf("worker: Config.Pollers is %d; it must be positive (0 means a default)", c.Pollers)
+	case c.HandlerBatch < 1 || c.HandlerBatch > MaxHandlerBatch:
+		return fmt.Errorf("worker: Config.HandlerBatch is %d; it must be 1 to %d (0 means %d for a BatchHandler)", c.HandlerBatch, MaxHandlerBatch, DefaultHandlerBatch)
+	case c.HandlerBatch > 1 && !isBatchHandler(c.Handler):
+		return fmt.Errorf("worker: Config.HandlerBatch is %d, but the handler (%T) does not implement BatchHandler; leave it 0", c.HandlerBatch, c.Handler)
+	case c.Linger > maxLinger:
+		return fmt.Errorf("worker: Config.Linger is %v; it must be at most %v (0 means %v, negative means none)", c.Linger, maxLinger, DefaultLinger)
+	case c.MaxHold < 0:
+		return fmt.Errorf("worker: Config.MaxHold is %v; it must be positive (0 means %v)", c.MaxHold, DefaultMaxHold)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
 		return fmt.Errorf("worker: Config.BatchSize is %d; it must be 1 to %d (0 means %d)", c.BatchSize, MaxBatchSize, DefaultBatchSize)
 	case c.WaitTime > MaxWaitTime || (c.WaitTime > 0 && c.WaitTime%time.Second != 0):
@@ -190,4 +252,10 @@ func (c *Config) waitSeconds() int32 {
 		return 0
 	}
 	return int32(c.WaitTime / time.Second)
+}
+
+// capacity is the most received messages the worker holds at once: those its handlers run, and
+// the prefetched ones waiting for a handler.
+func (c *Config) capacity() int {
+	return c.Concurrency*c.HandlerBatch + max(c.Prefetch, 0)
 }

@@ -523,41 +523,61 @@ func TestUnavailablePausesFake(t *testing.T) {
 	workertest.Stop(t, w)
 }
 
-// TestBackpressureFake (fake): the worker never holds more received messages than it has slots.
+// TestBackpressureFake (fake): the worker holds at most Concurrency × HandlerBatch + Prefetch
+// received messages: with the default prefetch (Concurrency), 7 run and 7 wait, held and
+// counted in State; with Prefetch -1, it never holds more than it runs.
 func TestBackpressureFake(t *testing.T) {
 	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{})
-	b.send(t, bodies(100, "m"))
-	var maxAsk atomic.Int32
-	b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {
-		if in, ok := in.(*sqs.ReceiveMessageInput); ok && in.MaxNumberOfMessages > maxAsk.Load() {
-			maxAsk.Store(in.MaxNumberOfMessages)
-		}
-		return nil
-	}})
-	release := make(chan struct{})
-	var running atomic.Int32
-	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 7, Pollers: 3,
-		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			running.Add(1)
-			<-release
-			return nil
-		})})
-	sqstest.WaitFor(t, 10*time.Second, "7 handlers running", func() (bool, string) { return running.Load() == 7, "" })
-	inFlight := 0
-	for _, m := range b.f.Messages(b.url) {
-		if m.InFlight {
-			inFlight++
-		}
-	}
-	if inFlight != 7 || w.InFlight() != 7 {
-		t.Errorf("%d messages in flight at SQS, %d handlers; want 7 and 7", inFlight, w.InFlight())
-	}
-	close(release)
-	b.waitDeleted(t, 20*time.Second)
-	workertest.Stop(t, w)
-	if m := maxAsk.Load(); m > 7 {
-		t.Errorf("a receive asked for %d messages with 7 slots", m)
+	for _, tc := range []struct {
+		prefetch, held int
+	}{{0, 7}, {-1, 0}, {3, 3}} {
+		t.Run(fmt.Sprint("prefetch=", tc.prefetch), func(t *testing.T) {
+			t.Parallel()
+			b := setupFake(t, sqsfake.QueueOptions{})
+			b.send(t, bodies(100, "m"))
+			var maxAsk atomic.Int32
+			b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {
+				if in, ok := in.(*sqs.ReceiveMessageInput); ok && in.MaxNumberOfMessages > maxAsk.Load() {
+					maxAsk.Store(in.MaxNumberOfMessages)
+				}
+				return nil
+			}})
+			release := make(chan struct{})
+			var running atomic.Int32
+			w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 7, Pollers: 3, Prefetch: tc.prefetch,
+				Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+					running.Add(1)
+					<-release
+					return nil
+				})})
+			limit := 7 + tc.held
+			inFlight := func() int {
+				n := 0
+				for _, m := range b.f.Messages(b.url) {
+					if m.InFlight {
+						n++
+					}
+				}
+				return n
+			}
+			sqstest.WaitFor(t, 10*time.Second, "7 handlers running and the prefetch held", func() (bool, string) {
+				st := w.State()
+				return running.Load() == 7 && st.Held == tc.held && inFlight() == limit,
+					fmt.Sprintf("running %d, held %d, in flight at SQS %d", running.Load(), st.Held, inFlight())
+			})
+			if n := inFlight(); n != limit || w.InFlight() != 7 {
+				t.Errorf("%d messages in flight at SQS, %d handlers; want %d and 7", n, w.InFlight(), limit)
+			}
+			close(release)
+			b.waitDeleted(t, 20*time.Second)
+			workertest.Stop(t, w)
+			if m := maxAsk.Load(); int(m) > limit {
+				t.Errorf("a receive asked for %d messages with %d slots", m, limit)
+			}
+			if running.Load() != 100 {
+				t.Errorf("%d handler runs for 100 messages", running.Load())
+			}
+		})
 	}
 }
 

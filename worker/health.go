@@ -27,10 +27,11 @@ type State struct {
 	// LastProgress is the last sign of life: a poll loop turned, a lease was extended, or a
 	// message was settled.
 	LastProgress time.Time `json:"last_progress,omitzero"`
-	// InFlight is the number of handlers running.
+	// InFlight is the number of messages whose handlers are running (a batch's count from its
+	// start to its commit).
 	InFlight int `json:"in_flight"`
-	// Held is the number of received messages waiting for their turn (behind their FIFO group's
-	// running head).
+	// Held is the number of received messages waiting for their turn: prefetched for a free
+	// handler, or behind their FIFO group's running message.
 	Held int `json:"held"`
 }
 
@@ -58,11 +59,7 @@ func (w *Worker) State() State {
 	st.LastReceive = unixTime(w.lastReceive.Load())
 	st.LastCommit = unixTime(w.lastCommit.Load())
 	st.LastProgress = unixTime(max(w.progress.Load(), w.sw.extended.Load(), w.startedAt.UnixNano()))
-	w.pendingMu.Lock()
-	for g := range w.pending {
-		st.Held += g.len()
-	}
-	w.pendingMu.Unlock()
+	st.Held = int(max(w.held.Load(), 0))
 	return st
 }
 

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -25,6 +26,9 @@ type heartbeat struct {
 	vis time.Duration    // each extension's length
 	now func() time.Time // the clock of the 12-hour cap
 
+	maxHold   time.Duration // how long the message may wait for its handler (Config.MaxHold)
+	heldSince time.Time
+
 	mu         sync.Mutex
 	stopped    bool
 	cancel     context.CancelCauseFunc // the running handler's, once it has started
@@ -42,8 +46,9 @@ const heartbeatRetry = time.Second
 
 // startHeartbeat starts the lease of a message just received, extending it by vis every third
 // of vis.
-func startHeartbeat(sw *sqsWriter, m *Message, vis time.Duration, now func() time.Time) *heartbeat {
-	h := &heartbeat{sw: sw, m: m, vis: vis, now: now, interval: max(vis/3, 100*time.Millisecond)}
+func startHeartbeat(sw *sqsWriter, m *Message, vis time.Duration, now func() time.Time, maxHold time.Duration) *heartbeat {
+	h := &heartbeat{sw: sw, m: m, vis: vis, now: now, interval: max(vis/3, 100*time.Millisecond),
+		maxHold: maxHold, heldSince: time.Now()}
 	h.leaseUntil = m.Received.Add(vis)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.interval, h.beat)
@@ -63,6 +68,17 @@ func (h *heartbeat) attach(cancel context.CancelCauseFunc) error {
 	h.cancel = cancel
 	return nil
 }
+
+// lostErr returns why the lease was lost, or nil.
+func (h *heartbeat) lostErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost
+}
+
+// errHeldTooLong is the reason of a lease given up because its message waited Config.MaxHold for
+// a handler; the heartbeat has released the message.
+var errHeldTooLong = errors.New("worker: message held too long without a free handler")
 
 // stop stops the heartbeat and waits for an extension in progress. After it returns, nothing
 // changes the message's visibility on the lease's behalf.
@@ -89,6 +105,13 @@ func (h *heartbeat) beat() {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
+		return
+	}
+	if h.cancel == nil && h.maxHold > 0 && time.Since(h.heldSince) >= h.maxHold {
+		// Still waiting for a handler after MaxHold: hand it back to the queue, and never run it.
+		h.lost = fmt.Errorf("%w (Config.MaxHold %v)", errHeldTooLong, h.maxHold)
+		h.mu.Unlock()
+		h.sw.release([]*Message{h.m})
 		return
 	}
 	h.running.Add(1)

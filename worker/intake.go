@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 var receiveAttributes = []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}
 var allMessageAttributes = []string{"All"}
 
-// The intake: pollers take free slots, receive up to that many messages, lease each one, and
-// start them; the messages of one FIFO group run in order in one goroutine.
+// The intake: pollers take free slots (a slot is room for one received message: those the
+// handlers run and the prefetched ones), receive up to that many messages, lease each one, and
+// queue them; Concurrency runners take them from the queue, up to HandlerBatch at a time, and run
+// them. The messages of one FIFO group from one receive stay with one runner, in order.
 
 func (w *Worker) poll() {
 	defer w.pollers.Done()
@@ -24,13 +27,25 @@ func (w *Worker) poll() {
 		if err := w.pause.wait(ctx); err != nil {
 			return
 		}
-		need, batch := w.minBatch(), w.cfg.BatchSize
+		var n int
 		if w.pause.active() {
-			need, batch = 1, 1 // a probe: one message, so an outage burns few receive counts
-		}
-		n, err := w.acquire(ctx, need, batch)
-		if err != nil {
-			return
+			// A probe: one message, once nothing else is outstanding, so that an outage burns
+			// few receive counts.
+			all := int64(w.cfg.capacity())
+			if w.slots.Acquire(ctx, all) != nil {
+				return
+			}
+			if !w.pause.active() {
+				w.slots.Release(all)
+				continue
+			}
+			w.slots.Release(all - 1)
+			n = 1
+		} else {
+			var err error
+			if n, err = w.acquire(ctx, w.minBatch(), w.cfg.BatchSize); err != nil {
+				return
+			}
 		}
 		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
 		// is after this moment.
@@ -75,10 +90,10 @@ func (w *Worker) poll() {
 }
 
 // minBatch is the number of free slots a poller waits for, at most gatherWait, before it
-// receives: its share of Concurrency, up to BatchSize. Receiving for one slot at a time under load
+// receives: its share of the slots, up to BatchSize. Receiving for one slot at a time under load
 // would multiply the ReceiveMessage calls per message; waiting long would leave slots idle.
 func (w *Worker) minBatch() int {
-	return max(1, min(w.cfg.BatchSize, w.cfg.Concurrency/w.cfg.Pollers))
+	return max(1, min(w.cfg.BatchSize, w.cfg.capacity()/w.cfg.Pollers))
 }
 
 // acquire takes one slot, waiting for it, then waits up to gatherWait for more until it holds
@@ -101,16 +116,22 @@ func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
 	return n, nil
 }
 
-// dispatch starts the received messages, each holding one of the slots taken for the receive.
-// On a FIFO queue, the messages of one group run in order in one goroutine.
-// Every message's lease (its heartbeat) starts here, so that a message waiting for its turn is
-// covered as a running one is.
+// item is one entry of the ready queue: a message, or the messages of one FIFO group from one
+// receive.
+type item struct {
+	m *Message
+	g *group
+}
+
+// dispatch queues the received messages for the runners, each holding one of the slots taken for
+// the receive. Every message's lease (its heartbeat) starts here, so that a message waiting for
+// its turn is covered as a running one is.
 func (w *Worker) dispatch(received []types.Message, slots int, requested time.Time) {
 	msgs := make([]*Message, 0, len(received))
 	for i := range received {
 		m := newMessage(&received[i], requested)
 		m.refused = UnwrapSNS(m, w.cfg.SNS)
-		m.lease = startHeartbeat(w.sw, m, w.vis, w.now)
+		m.lease = startHeartbeat(w.sw, m, w.vis, w.now, w.cfg.MaxHold)
 		msgs = append(msgs, m)
 	}
 	w.metrics.Add(Received, len(msgs))
@@ -124,17 +145,46 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 		w.slots.Release(int64(len(msgs)))
 		return
 	}
+	w.held.Add(int64(len(msgs)))
 	if !w.queue.FIFO {
 		for _, m := range msgs {
-			w.handlers.Add(1)
-			go w.runOne(m)
+			w.ready <- item{m: m}
 		}
 		return
 	}
 	for _, g := range groups(msgs) {
-		w.handlers.Add(1)
-		go w.runGroup(&group{rest: g})
+		grp := &group{rest: g}
+		for _, m := range g {
+			m.group = grp
+		}
+		w.pendingMu.Lock()
+		if w.pending == nil {
+			w.pending = map[*group]struct{}{}
+		}
+		w.pending[grp] = struct{}{}
+		w.pendingMu.Unlock()
+		w.ready <- item{g: grp}
 	}
+}
+
+// groupDone forgets a FIFO group that has no message left to start.
+func (w *Worker) groupDone(g *group) {
+	w.pendingMu.Lock()
+	delete(w.pending, g)
+	w.pendingMu.Unlock()
+}
+
+// releasePending releases the messages of every FIFO group that have not started, at stop: they
+// would wait behind the running one for nothing.
+func (w *Worker) releasePending() {
+	w.pendingMu.Lock()
+	var all []*Message
+	for g := range w.pending {
+		all = append(all, g.take()...)
+	}
+	w.pending = nil
+	w.pendingMu.Unlock()
+	w.release(all, true)
 }
 
 // group is the messages of one FIFO group from one receive, not yet started.
@@ -144,16 +194,17 @@ type group struct {
 	released bool
 }
 
-// next returns the next message to run, or nil when the group is done or was released.
-func (g *group) next() *Message {
+// next removes and returns up to n messages from the front of the group.
+func (g *group) next(n int, out []*Message) []*Message {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.released || len(g.rest) == 0 {
-		return nil
+	if g.released {
+		return out
 	}
-	m := g.rest[0]
-	g.rest = g.rest[1:]
-	return m
+	k := min(n, len(g.rest))
+	out = append(out, g.rest[:k]...)
+	g.rest = g.rest[k:]
+	return out
 }
 
 // len returns the number of messages waiting in the group.
@@ -172,19 +223,6 @@ func (g *group) take() []*Message {
 	return rest
 }
 
-// releasePending releases the messages of every FIFO group that have not started, at stop:
-// they would wait behind the running one for nothing.
-func (w *Worker) releasePending() {
-	w.pendingMu.Lock()
-	var all []*Message
-	for g := range w.pending {
-		all = append(all, g.take()...)
-	}
-	w.pendingMu.Unlock()
-	w.sw.release(all)
-	w.slots.Release(int64(len(all)))
-}
-
 // groups splits msgs by MessageGroupId, keeping their order.
 func groups(msgs []*Message) [][]*Message {
 	var out [][]*Message
@@ -201,48 +239,181 @@ func groups(msgs []*Message) [][]*Message {
 	return out
 }
 
-func (w *Worker) runOne(m *Message) {
-	defer w.handlers.Done()
-	defer w.slots.Release(1)
-	if w.stopping.Load() {
-		w.sw.release([]*Message{m})
-		return
+// runner takes batches of messages from the ready queue and runs them, until the queue is closed
+// (at stop) and drained. The rest of a FIFO group it has started stays with it (carry) and goes
+// first into its next batch, so the group's messages run in order, one batch at a time.
+func (w *Worker) runner() {
+	defer w.runners.Done()
+	bh, _ := w.cfg.Handler.(BatchHandler)
+	n := w.cfg.HandlerBatch
+	var (
+		carry []*group
+		buf   = make([]*Message, 0, n)
+		ok    = make([]bool, n)
+		timer *time.Timer
+	)
+	for {
+		var open bool
+		buf, carry, open = w.gather(buf[:0], carry, &timer)
+		if len(buf) == 0 && !open {
+			return
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		now := time.Now()
+		for _, m := range buf {
+			w.metrics.Observe(HeldWait, now.Sub(m.Received))
+		}
+		w.held.Add(-int64(len(buf)))
+		if w.stopping.Load() {
+			w.release(buf, false)
+			for _, g := range carry {
+				w.release(g.take(), true)
+			}
+			carry = carry[:0]
+			continue
+		}
+		if w.pause.active() {
+			buf = w.holdBack(buf)
+		}
+		ok = ok[:len(buf)]
+		if bh != nil && n > 1 {
+			w.processBatch(bh, buf, ok)
+		} else {
+			for i, m := range buf {
+				ok[i] = w.process(m)
+			}
+		}
+		for i, m := range buf {
+			w.slots.Release(1)
+			if !ok[i] && m.group != nil {
+				// Later messages of the group must not overtake the one not done.
+				w.release(m.group.take(), true)
+			}
+		}
+		carry = slices.DeleteFunc(carry, func(g *group) bool {
+			if g.len() > 0 {
+				return false
+			}
+			w.groupDone(g)
+			return true
+		})
 	}
-	w.process(m)
 }
 
-func (w *Worker) runGroup(g *group) {
-	defer w.handlers.Done()
-	w.pendingMu.Lock()
-	if w.pending == nil {
-		w.pending = map[*group]struct{}{}
+// gather fills buf with up to HandlerBatch messages: first from the groups it carries, then from
+// the ready queue (waiting for the first one, then up to Linger for more). It reports whether the
+// ready queue is still open.
+func (w *Worker) gather(buf []*Message, carry []*group, timer **time.Timer) ([]*Message, []*group, bool) {
+	n := cap(buf)
+	for _, g := range carry {
+		if len(buf) == n {
+			return buf, carry, true
+		}
+		buf = g.next(n-len(buf), buf)
 	}
-	w.pending[g] = struct{}{}
-	w.pendingMu.Unlock()
-	defer func() {
-		w.pendingMu.Lock()
-		delete(w.pending, g)
-		w.pendingMu.Unlock()
-	}()
-	for {
-		if w.stopping.Load() {
-			rest := g.take()
-			w.sw.release(rest)
-			w.slots.Release(int64(len(rest)))
+	add := func(it item) {
+		if it.m != nil {
+			buf = append(buf, it.m)
 			return
 		}
-		m := g.next()
-		if m == nil {
-			return
+		buf = it.g.next(n-len(buf), buf)
+		carry = append(carry, it.g) // forgotten once empty, after the batch
+	}
+	if len(buf) == 0 {
+		it, open := <-w.ready
+		if !open {
+			return buf, carry, false
 		}
-		ok := w.process(m)
-		w.slots.Release(1)
-		if !ok {
-			// Later messages of the group must not overtake the failed one.
-			rest := g.take()
-			w.sw.release(rest)
-			w.slots.Release(int64(len(rest)))
-			return
+		add(it)
+	}
+	for len(buf) < n { // what is ready now
+		select {
+		case it, open := <-w.ready:
+			if !open {
+				return buf, carry, false
+			}
+			add(it)
+			continue
+		default:
+		}
+		break
+	}
+	if len(buf) == n || w.cfg.Linger <= 0 {
+		return buf, carry, true
+	}
+	// Wait up to Linger for the batch to fill.
+	if *timer == nil {
+		*timer = time.NewTimer(w.cfg.Linger)
+	} else {
+		(*timer).Reset(w.cfg.Linger)
+	}
+	defer (*timer).Stop()
+	for len(buf) < n {
+		select {
+		case it, open := <-w.ready:
+			if !open {
+				return buf, carry, false
+			}
+			add(it)
+		case <-(*timer).C:
+			return buf, carry, true
+		}
+	}
+	return buf, carry, true
+}
+
+// holdBack releases, during a pause, the messages received before it began: they would fail
+// as the ones that began it did, and burn a receive each. Probes (received during the pause) run.
+// The rest of the FIFO group of a released message is released with it. It returns the messages
+// to run.
+func (w *Worker) holdBack(buf []*Message) []*Message {
+	_, _, since := w.pause.state()
+	if since.IsZero() {
+		return buf
+	}
+	var out []*Message
+	var back []*Message
+	var halted map[*group]bool
+	for _, m := range buf {
+		if !m.Received.Before(since) && !halted[m.group] {
+			out = append(out, m)
+			continue
+		}
+		back = append(back, m)
+		if m.group != nil {
+			if halted == nil {
+				halted = map[*group]bool{}
+			}
+			halted[m.group] = true
+			w.release(m.group.take(), true)
+		}
+	}
+	w.release(back, false)
+	return out
+}
+
+// release makes msgs visible again without running them, and frees their slots. held says
+// whether they are still counted as held.
+func (w *Worker) release(msgs []*Message, held bool) {
+	if len(msgs) == 0 {
+		return
+	}
+	w.sw.release(msgs)
+	w.slots.Release(int64(len(msgs)))
+	if held {
+		w.held.Add(-int64(len(msgs)))
+	}
+}
+
+// drain releases everything left in the ready queue once it is closed, at stop.
+func (w *Worker) drain() {
+	for it := range w.ready {
+		if it.m != nil {
+			w.release([]*Message{it.m}, true)
+		} else {
+			w.release(it.g.take(), true)
 		}
 	}
 }

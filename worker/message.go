@@ -42,6 +42,7 @@ type Message struct {
 
 	lease   *heartbeat // keeps the message invisible from its receive until it is settled or released
 	refused error      // why the message cannot reach its handler (a malformed SNS envelope), or nil
+	group   *group     // on a FIFO queue, the messages of its group from the same receive
 }
 
 // Attribute returns the string value of the message attribute name (a String or Number

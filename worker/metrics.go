@@ -37,11 +37,22 @@ const (
 	Heartbeats Counter = "heartbeats"
 	// ReceiveErrors counts failed ReceiveMessage calls.
 	ReceiveErrors Counter = "receive_errors"
+	// Batches counts calls of [BatchHandler.HandleBatch].
+	Batches Counter = "batches"
+	// BatchedMessages counts the messages of those calls: BatchedMessages / Batches is the mean
+	// batch size.
+	BatchedMessages Counter = "batched_messages"
+	// RolledBack counts messages of a batch whose work failed and was rolled back alone (for the
+	// inbox, to the message's savepoint) while the rest of the batch went on.
+	RolledBack Counter = "rolled_back"
+	// BatchRetries counts batches rolled back as a whole and run again (for the inbox: a deadlock,
+	// a serialization failure, or a message's context ending during a statement).
+	BatchRetries Counter = "batch_retries"
 )
 
 // Counters lists every [Counter], for adapters that register them up front.
 var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Blocked, Discarded, Released,
-	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors}
+	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors, Batches, BatchedMessages, RolledBack, BatchRetries}
 
 // Histogram names one of the worker's histograms of durations.
 type Histogram string
@@ -52,10 +63,14 @@ const (
 	HandlerDuration Histogram = "handler_duration"
 	// CommitToDelete observes the time from a handler's success to the delete's confirmation.
 	CommitToDelete Histogram = "commit_to_delete"
+	// HeldWait observes how long each message waited, from its receive, before its handler
+	// started (prefetched messages wait for a free handler; a batch's for the messages before
+	// them).
+	HeldWait Histogram = "held_wait"
 )
 
 // Histograms lists every [Histogram].
-var Histograms = []Histogram{HandlerDuration, CommitToDelete}
+var Histograms = []Histogram{HandlerDuration, CommitToDelete, HeldWait}
 
 // Metrics receives the worker's measurements. Implementations must be safe for concurrent use and
 // fast: they are called on every message. See the workerprom package for Prometheus.

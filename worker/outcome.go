@@ -16,22 +16,9 @@ import (
 // (deleted or to be deleted).
 func (w *Worker) process(m *Message) bool {
 	ctx, cancel := context.WithCancelCause(w.workCtx)
-	if err := m.lease.attach(cancel); err != nil {
-		// Held too long behind its group: its receipt handle is gone, and it will be delivered
-		// again. Running it now could overlap that delivery.
-		m.lease.stop()
+	if m.refused != nil || m.lease.attach(cancel) != nil {
 		cancel(nil)
-		w.metrics.Add(LeasesLost, 1)
-		w.log.Log(context.Background(), w.leaseLost.level(), "worker: lease lost while the message waited for its turn; not running it",
-			"message_id", m.ID, "cause", err)
-		return false
-	}
-	if m.refused != nil {
-		// Refused before its handler (a malformed SNS envelope, or not a Notification): it goes
-		// the retry-then-DLQ way like a failure, and the handler never sees it.
-		m.lease.stop()
-		cancel(nil)
-		return w.settle(m, m.refused, nil)
+		return w.notStarted(m)
 	}
 	w.metrics.SetInFlight(int(w.inFlight.Add(1)))
 	start := time.Now()
@@ -48,6 +35,27 @@ func (w *Worker) process(m *Message) bool {
 	w.metrics.Observe(HandlerDuration, time.Since(start))
 	w.metrics.SetInFlight(int(w.inFlight.Add(-1)))
 	return w.settle(m, err, cause)
+}
+
+// notStarted settles a message that does not reach its handler: refused before it, or its lease
+// lost while it waited for its turn.
+func (w *Worker) notStarted(m *Message) bool {
+	m.lease.stop()
+	if m.refused != nil {
+		// A malformed SNS envelope, or not a Notification: it goes the retry-then-DLQ way like a
+		// failure, and the handler never sees it.
+		return w.settle(m, m.refused, nil)
+	}
+	err := m.lease.lostErr()
+	if errors.Is(err, errHeldTooLong) {
+		return false // the heartbeat released it
+	}
+	// Its receipt handle is gone (or the 12-hour cap is near), and it will be delivered again.
+	// Running it now could overlap that delivery.
+	w.metrics.Add(LeasesLost, 1)
+	w.log.Log(context.Background(), w.leaseLost.level(), "worker: lease lost while the message waited for its turn; not running it",
+		"message_id", m.ID, "cause", err)
+	return false
 }
 
 func (w *Worker) call(ctx context.Context, m *Message) (err error) {
@@ -87,6 +95,12 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		w.log.Warn("worker: message discarded by its handler", "message_id", m.ID, "reason", discard.Reason)
 		w.del.add(m)
 		return true
+	}
+	if errors.Is(err, ErrNotRun) {
+		// Not run for a reason outside it (an earlier message of its FIFO group failed, or its
+		// event's twin in the batch did not commit): back to the queue at once.
+		w.sw.release([]*Message{m})
+		return false
 	}
 	var d time.Duration
 	switch {

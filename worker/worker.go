@@ -34,7 +34,9 @@ const (
 )
 
 // Worker receives messages from one SQS queue and runs a handler on each, at most
-// Config.Concurrency at once. It deletes a message only after its handler succeeded.
+// Config.Concurrency calls at once (each on one message, or on a batch of up to
+// Config.HandlerBatch for a [BatchHandler]). It deletes a message only after its handler
+// succeeded.
 type Worker struct {
 	client  SQSClient
 	cfg     Config
@@ -69,11 +71,14 @@ type Worker struct {
 	workCtx    context.Context
 	workCancel context.CancelCauseFunc
 
+	ready chan item    // received messages for the runners; closed once the pollers have stopped
+	held  atomic.Int64 // received messages not yet started
+
 	pendingMu sync.Mutex
 	pending   map[*group]struct{} // FIFO groups with messages not yet started
 
-	pollers  sync.WaitGroup
-	handlers sync.WaitGroup
+	pollers sync.WaitGroup
+	runners sync.WaitGroup
 	sw       *sqsWriter // every SQS write about a received message
 	del      *deleter
 	pause    pauser
@@ -107,7 +112,8 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		done:          make(chan struct{}),
 		leaseLost:     episodeLog{quiet: time.Minute},
 		receiveFailed: episodeLog{quiet: time.Minute},
-		slots:         semaphore.NewWeighted(int64(c.Concurrency)),
+		slots:         semaphore.NewWeighted(int64(c.capacity())),
+		ready:         make(chan item, c.capacity()),
 	}, nil
 }
 
@@ -172,11 +178,16 @@ func (w *Worker) start(ctx context.Context) error {
 	w.mu.Lock()
 	w.queue = q
 	w.mu.Unlock()
+	for range w.cfg.Concurrency {
+		w.runners.Add(1)
+		go w.runner()
+	}
 	for range w.cfg.Pollers {
 		w.pollers.Add(1)
 		go w.poll()
 	}
-	attrs := []any{"concurrency", w.cfg.Concurrency, "pollers", w.cfg.Pollers, "fifo", q.FIFO,
+	attrs := []any{"concurrency", w.cfg.Concurrency, "handler_batch", w.cfg.HandlerBatch, "prefetch", max(w.cfg.Prefetch, 0),
+		"pollers", w.cfg.Pollers, "fifo", q.FIFO,
 		"visibility_timeout", vis, "redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
 	if lv, ok := w.cfg.Handler.(slog.LogValuer); ok {
 		attrs = append(attrs, "handler", lv)
@@ -241,8 +252,9 @@ func (w *Worker) endpoint() string {
 	return "(the SDK's default for the region)"
 }
 
-// Stop stops receiving, releases received messages that have not started (visibility 0), lets
-// in-flight handlers finish, flushes the pending deletes, and returns when nothing of the worker
+// Stop stops receiving, releases received messages that have not started (visibility 0: the
+// prefetched ones, and the rest of a FIFO group behind a running message), lets in-flight
+// handlers (and batches) finish, flushes the pending deletes, and returns when nothing of the worker
 // runs any more. Handlers still running after Config.ShutdownTimeout, or when ctx ends, are
 // cancelled with [ErrStopping]. If ctx ends before they return, Stop returns ctx's error and the
 // rest of the shutdown goes on in the background.
@@ -275,8 +287,10 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 			grace := time.AfterFunc(receiveGrace, func() { w.recvCancel(ErrStopping) })
 			w.pollers.Wait()
 			grace.Stop()
+			close(w.ready) // no poller sends any more
 			w.releasePending()
-			w.handlers.Wait()
+			w.drain()
+			w.runners.Wait()
 			w.del.close()
 			cancelled := w.workCtx.Err() != nil
 			w.recvCancel(ErrStopping)

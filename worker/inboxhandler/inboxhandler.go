@@ -62,6 +62,11 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	out, err := h.ib.Run(ctx, h.name, key, func(ctx context.Context, tx pgx.Tx) error {
 		return h.fn(ctx, tx, m)
 	})
+	return h.result(ctx, out, err)
+}
+
+// result turns the inbox's outcome of one event into the worker's result.
+func (h *Handler) result(ctx context.Context, out inbox.Outcome, err error) error {
 	switch {
 	case err == nil && out == inbox.Duplicate:
 		return worker.ErrDuplicate
@@ -73,8 +78,56 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 		return worker.RetryBlocked(h.ib.BlockedRetryDelay(), err)
 	case errors.Is(err, inbox.ErrConnectionLost):
 		return worker.Unavailable(err)
+	case errors.Is(err, inbox.ErrGroupHalted), errors.Is(err, inbox.ErrTwinNotProcessed):
+		return fmt.Errorf("%w: %w", worker.ErrNotRun, err)
 	}
 	return err
+}
+
+// HandleBatch implements [worker.BatchHandler]: the messages of b run in one transaction of the
+// inbox ([inbox.Inbox.RunBatch]), each in a savepoint of its own, with one COMMIT. Each message's
+// result is what [Handler.Handle] would return for it; a message whose work failed is rolled back
+// alone and takes the failure path, and the others commit. On a FIFO queue, a message whose key is
+// missing or whose work fails halts the rest of its group in the batch ([worker.ErrNotRun]).
+func (h *Handler) HandleBatch(ctx context.Context, b *worker.Batch) []error {
+	res := make([]error, b.Len())
+	items := make([]inbox.Item, 0, b.Len())
+	idx := make([]int, 0, b.Len())
+	var halted map[string]bool
+	for i := range b.Len() {
+		m := b.Message(i)
+		if m.GroupID != "" && halted[m.GroupID] {
+			res[i] = fmt.Errorf("%w: %w", worker.ErrNotRun, inbox.ErrGroupHalted)
+			continue
+		}
+		key, err := h.key(m)
+		if err != nil {
+			res[i] = fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
+			if m.GroupID != "" {
+				if halted == nil {
+					halted = map[string]bool{}
+				}
+				halted[m.GroupID] = true
+			}
+			continue
+		}
+		items = append(items, inbox.Item{Key: key, Group: m.GroupID, Ctx: b.Context(i),
+			Fn: func(ctx context.Context, tx pgx.Tx) error {
+				return b.Run(ctx, i, func(ctx context.Context) error { return h.fn(ctx, tx, m) })
+			}})
+		idx = append(idx, i)
+	}
+	if len(items) == 0 {
+		return res
+	}
+	results, st := h.ib.RunBatch(ctx, h.name, items)
+	for j, r := range results {
+		i := idx[j]
+		res[i] = h.result(b.Context(i), r.Outcome, r.Err)
+	}
+	b.Count(worker.RolledBack, st.RolledBack)
+	b.Count(worker.BatchRetries, st.Retries)
+	return res
 }
 
 // minMaxReceiveCount is the smallest maxReceiveCount with which an event survives a consumer

@@ -24,19 +24,23 @@ type Metrics struct {
 }
 
 var help = map[worker.Counter]string{
-	worker.Received:       "Messages received.",
-	worker.Processed:      "Messages whose handler succeeded.",
-	worker.Duplicates:     "Messages whose event was processed before (deleted without running).",
-	worker.Failed:         "Handler errors, panics and timeouts.",
-	worker.Retried:        "Messages handed back for a later delivery.",
-	worker.LeasesLost:     "Messages whose lease was lost while they ran or waited.",
-	worker.Blocked:        "Messages handed back because another consumer held their event's claim.",
-	worker.Discarded:      "Messages deleted without effect because the handler said so.",
-	worker.Released:       "Messages made visible again without being run.",
-	worker.Deleted:        "Messages deleted from the queue.",
-	worker.DeleteFailures: "Deletes given up on (the message will be delivered again).",
-	worker.Heartbeats:     "Visibility extensions of running handlers.",
-	worker.ReceiveErrors:  "Failed ReceiveMessage calls.",
+	worker.Received:        "Messages received.",
+	worker.Processed:       "Messages whose handler succeeded.",
+	worker.Duplicates:      "Messages whose event was processed before (deleted without running).",
+	worker.Failed:          "Handler errors, panics and timeouts.",
+	worker.Retried:         "Messages handed back for a later delivery.",
+	worker.LeasesLost:      "Messages whose lease was lost while they ran or waited.",
+	worker.Blocked:         "Messages handed back because another consumer held their event's claim.",
+	worker.Discarded:       "Messages deleted without effect because the handler said so.",
+	worker.Released:        "Messages made visible again without being run.",
+	worker.Deleted:         "Messages deleted from the queue.",
+	worker.DeleteFailures:  "Deletes given up on (the message will be delivered again).",
+	worker.Heartbeats:      "Visibility extensions of running handlers.",
+	worker.ReceiveErrors:   "Failed ReceiveMessage calls.",
+	worker.Batches:         "Calls of a batch handler.",
+	worker.BatchedMessages: "Messages given to batch handler calls (divided by batches: the mean batch size).",
+	worker.RolledBack:      "Messages of a batch rolled back alone while the rest of the batch went on.",
+	worker.BatchRetries:    "Batches rolled back as a whole and run again (deadlock, serialization failure).",
 }
 
 // New creates the collectors for the worker of queue and registers them with reg
@@ -63,6 +67,7 @@ func New(reg prometheus.Registerer, queue string) (*Metrics, error) {
 	hh := map[worker.Histogram]string{
 		worker.HandlerDuration: "Time each handler call took.",
 		worker.CommitToDelete:  "Time from a handler's success to its delete's confirmation.",
+		worker.HeldWait:        "Time from each message's receive to the start of its handler.",
 	}
 	for _, h := range worker.Histograms {
 		ph := prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/panics"
+)
+
+// BatchHandler is a [Handler] that can also process several messages in one call: the inbox
+// handler runs them in one PostgreSQL transaction, a savepoint each, and commits once. The worker
+// groups the messages it holds into batches of up to Config.HandlerBatch (waiting up to
+// Config.Linger for a batch to fill) and calls HandleBatch; Handle is still called where a batch
+// would hold one message only if Config.HandlerBatch is 1.
+//
+// HandleBatch returns one result per message of b, in b's order, with the meaning of
+// [Handler.Handle]'s results; a message whose result is nil or [ErrDuplicate] is deleted. It runs
+// each message's own work through [Batch.Run], which gives that work its message's context,
+// handler timeout and panic recovery. On a FIFO queue, the messages of one group come in their
+// order; once one of them is not done, the later ones of its group must not be run: return
+// [ErrNotRun] for them (the worker releases them, after the failed one).
+type BatchHandler interface {
+	Handler
+	HandleBatch(ctx context.Context, b *Batch) []error
+}
+
+func isBatchHandler(h Handler) bool {
+	_, ok := h.(BatchHandler)
+	return ok
+}
+
+// ErrNotRun is a result (for [BatchHandler.HandleBatch]) of a message that was not run for a
+// reason outside it: an earlier message of its FIFO group failed, or an earlier message of the
+// batch carried the same event and did not commit. The message is made visible again at once
+// and counted as Released, not as failed.
+var ErrNotRun = errors.New("worker: message not run")
+
+// Batch is the messages of one [BatchHandler.HandleBatch] call.
+type Batch struct {
+	w       *Worker
+	msgs    []*Message
+	ctxs    []context.Context
+	cancels []context.CancelCauseFunc
+	causes  []error // why Run's context of each message ended (its handler timeout), if it did
+}
+
+// Len returns the number of messages in the batch.
+func (b *Batch) Len() int { return len(b.msgs) }
+
+// Message returns the i-th message.
+func (b *Batch) Message(i int) *Message { return b.msgs[i] }
+
+// Context returns the i-th message's context: it descends from HandleBatch's, and is cancelled
+// when the message's lease is lost (cause [ErrLeaseLost]). Work for the message should run with
+// a context descending from it, through [Batch.Run].
+func (b *Batch) Context(i int) context.Context { return b.ctxs[i] }
+
+// Run runs fn, the work of the i-th message, with ctx (which should descend from
+// [Batch.Context](i)) bounded by Config.HandlerTimeout from now. A panic in fn is recovered and
+// returned as a *[PanicError]. The time it takes is the message's handler duration.
+func (b *Batch) Run(ctx context.Context, i int, fn func(ctx context.Context) error) (err error) {
+	w := b.w
+	hctx, cancel := ctx, context.CancelFunc(func() {})
+	if w.cfg.HandlerTimeout > 0 {
+		hctx, cancel = context.WithTimeoutCause(ctx, w.cfg.HandlerTimeout, ErrHandlerTimeout)
+	}
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			err = panics.Recovered(v)
+		}
+		if hctx.Err() != nil {
+			b.causes[i] = context.Cause(hctx)
+		}
+		cancel()
+		w.metrics.Observe(HandlerDuration, time.Since(start))
+	}()
+	return fn(hctx)
+}
+
+// Count adds n to the worker's counter c: a batch handler reports what happened inside the batch
+// ([RolledBack], [BatchRetries]).
+func (b *Batch) Count(c Counter, n int) {
+	if n != 0 {
+		b.w.metrics.Add(c, n)
+	}
+}
+
+// processBatch runs a batch of messages through the batch handler and settles each. It returns,
+// per message of msgs, whether it is done.
+func (w *Worker) processBatch(bh BatchHandler, msgs []*Message, ok []bool) {
+	b := &Batch{w: w}
+	idx := make([]int, 0, len(msgs)) // msgs index of each batch message
+	for i, m := range msgs {
+		if m.refused != nil || !w.attach(m, b) {
+			ok[i] = w.notStarted(m)
+			continue
+		}
+		idx = append(idx, i)
+	}
+	if len(b.msgs) == 0 {
+		return
+	}
+	w.metrics.Add(Batches, 1)
+	w.metrics.Add(BatchedMessages, len(b.msgs))
+	w.metrics.SetInFlight(int(w.inFlight.Add(int64(len(b.msgs)))))
+	results := w.callBatch(bh, b)
+	w.metrics.SetInFlight(int(w.inFlight.Add(-int64(len(b.msgs)))))
+	for j, m := range b.msgs {
+		m.lease.stop()
+		cause := b.causes[j]
+		if cause == nil {
+			cause = context.Cause(b.ctxs[j])
+		}
+		b.cancels[j](nil)
+		ok[idx[j]] = w.settle(m, results[j], cause)
+	}
+}
+
+// attach adds m to b with a context of its own, bound to its lease. It returns false when the
+// lease is already lost (m must then not run).
+func (w *Worker) attach(m *Message, b *Batch) bool {
+	ctx, cancel := context.WithCancelCause(w.workCtx)
+	if err := m.lease.attach(cancel); err != nil {
+		cancel(nil)
+		return false
+	}
+	b.msgs = append(b.msgs, m)
+	b.ctxs = append(b.ctxs, ctx)
+	b.cancels = append(b.cancels, cancel)
+	b.causes = append(b.causes, nil)
+	return true
+}
+
+// callBatch calls HandleBatch, turning a panic or a wrong number of results into an error for
+// every message.
+func (w *Worker) callBatch(bh BatchHandler, b *Batch) (results []error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err := panics.Recovered(v)
+			results = make([]error, b.Len())
+			for i := range results {
+				results[i] = err
+			}
+		}
+	}()
+	results = bh.HandleBatch(w.workCtx, b)
+	if len(results) != b.Len() {
+		err := fmt.Errorf("worker: HandleBatch returned %d results for %d messages", len(results), b.Len())
+		results = make([]error, b.Len())
+		for i := range results {
+			results[i] = err
+		}
+	}
+	return results
+}
