@@ -79,9 +79,9 @@ type Worker struct {
 
 	pollers sync.WaitGroup
 	runners sync.WaitGroup
-	sw       *sqsWriter // every SQS write about a received message
-	del      *deleter
-	pause    pauser
+	sw      *sqsWriter // every SQS write about a received message
+	del     *deleter
+	pause   pauser
 }
 
 // New returns a worker that reads with client, as cfg says. It does no I/O; [Worker.Start] does.
