@@ -23,7 +23,7 @@ SQSINBOX_TEST_SQS ?= goaws
 # fauxqs when the first pass used GoAws. No test is skipped by name on either pass; a test that
 # needs what GoAws gets wrong (FIFO queues, for one) skips itself on the GoAws pass and says why.
 FAUXQS_PACKAGES := ./internal/sqstest/ ./worker/ ./worker/inboxhandler/ ./internal/reliability/ \
-	./cmd/sqsinbox/ ./internal/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/warehouse/ \
+	./cmd/sqsinbox/ ./internal/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/payments-api/ ./examples/warehouse/ \
 	./workerapp/ ./outbox/ ./worker/workerotel/
 
 .PHONY: test
