@@ -272,6 +272,18 @@ func durationText(d time.Duration) string {
 	return d.String()
 }
 
+// ageText shows an age as an operator reads it, steady while a command runs: whole days from two
+// days up, whole minutes from an hour, whole seconds below.
+func ageText(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%dd", (d+12*time.Hour)/(24*time.Hour))
+	case d >= time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	return d.Round(time.Second).String()
+}
+
 // isTerminal reports whether f (a reader or writer) is a terminal, where progress is redrawn in
 // place and a person can answer a question.
 func isTerminal(f any) bool {

@@ -230,7 +230,7 @@ func outboxStats(ctx context.Context, e env, pool *pgxpool.Pool, schema string, 
 	}
 	oldest := "none"
 	if st.Backlog > 0 {
-		oldest = durationText(st.OldestUnsent.Round(time.Second))
+		oldest = ageText(st.OldestUnsent)
 	}
 	fmt.Fprintf(e.stdout, "\noutbox: %s unsent (oldest %s), %s\n", plural(int(st.Backlog), "message"), oldest,
 		plural(int(st.Parked), "parked message"))
