@@ -369,6 +369,7 @@ func (r *batchRun) settleTwins(owner map[string]int) {
 			r.decide(i, Result{Err: ErrTwinNotProcessed})
 		} else {
 			r.decide(i, Result{Outcome: Duplicate})
+			r.hookClaim(i, 0)
 		}
 	}
 }

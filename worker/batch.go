@@ -57,6 +57,11 @@ func (b *Batch) Message(i int) *Message { return b.msgs[i] }
 // a context descending from it, through [Batch.Run].
 func (b *Batch) Context(i int) context.Context { return b.ctxs[i] }
 
+// SetContext replaces the i-th message's context with ctx, which must descend from
+// [Batch.Context](i): middleware uses it to put the message's span (or values) into the context
+// its work runs with.
+func (b *Batch) SetContext(i int, ctx context.Context) { b.ctxs[i] = ctx }
+
 // Run runs fn, the work of the i-th message, with ctx (which should descend from
 // [Batch.Context](i)) bounded by Config.HandlerTimeout from now. A panic in fn is recovered and
 // returned as a *[PanicError]. The time it takes is the message's handler duration.

@@ -140,6 +140,24 @@ func TestTraceEndToEndGoAws(t *testing.T) {
 	for _, c := range claims {
 		wantAttrs(t, c, map[attribute.Key]string{"sqsinbox.inbox.handler": "warehouse", "sqsinbox.inbox.event_key": "evt_9f3k"})
 	}
+	// The inbox handler takes batches: each batch has a span of its own, linked to the producer
+	// of each of its messages.
+	links := 0
+	for _, bs := range byName(spans, "process "+tr.q.Name+" batch") {
+		n := attrs(bs)["messaging.batch.message_count"].AsInt64()
+		if int(n) != len(bs.Links) {
+			t.Errorf("batch span: message_count %d, %d links", n, len(bs.Links))
+		}
+		for _, l := range bs.Links {
+			if l.SpanContext.SpanID() != root.SpanContext.SpanID() {
+				t.Errorf("batch span links %v, want the producer's span", l.SpanContext.SpanID())
+			}
+		}
+		links += len(bs.Links)
+	}
+	if links != 2 {
+		t.Errorf("batch spans link %d producers, want 2 (one per message)", links)
+	}
 	if c := byName(spans, "inbox commit"); len(c) != 1 {
 		t.Errorf("%d commit spans, want 1", len(c))
 	} else {

@@ -58,7 +58,79 @@ func Middleware(queue string, cfg *Config) func(worker.Handler) worker.Handler {
 			semconv.MessagingOperationTypeProcess,
 		}, attrs...),
 	}
-	return func(next worker.Handler) worker.Handler { return &handler{p: p, next: next} }
+	return func(next worker.Handler) worker.Handler {
+		h := &handler{p: p, next: next}
+		if bh, ok := next.(worker.BatchHandler); ok {
+			return &batchHandler{handler: h, next: bh}
+		}
+		return h
+	}
+}
+
+// batchHandler is the middleware around a [worker.BatchHandler]: each message of a batch gets its
+// own span, as in Handle, and the batch one more, linked to each message's producer.
+type batchHandler struct {
+	*handler
+	next worker.BatchHandler
+}
+
+// HandleBatch runs the wrapped batch handler inside a batch span ("process <queue> batch", with
+// messaging.batch.message_count and a link to each message's producer context), with each
+// message's work inside its own span: the inbox's claim and commit spans of a message are children
+// of that message's span.
+func (h *batchHandler) HandleBatch(ctx context.Context, b *worker.Batch) (res []error) {
+	spans := make([]trace.Span, b.Len())
+	links := make([]trace.Link, 0, b.Len())
+	for i := range b.Len() {
+		mctx, span := h.p.start(b.Context(i), b.Message(i))
+		b.SetContext(i, mctx)
+		spans[i] = span
+		if sc := h.p.producer(b.Message(i)); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	bctx, bspan := h.p.tracer.Start(ctx, h.p.name+" batch", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(h.p.attrs...), trace.WithAttributes(semconv.MessagingBatchMessageCount(b.Len())),
+		trace.WithLinks(links...))
+	ended := false
+	defer func() {
+		if !ended { // the batch handler panicked; the worker recovers it
+			for _, span := range spans {
+				span.SetAttributes(KeyOutcome.String(OutcomeFailed), semconv.ErrorTypeKey.String("panic"))
+				span.SetStatus(codes.Error, "handler panicked")
+				span.End()
+			}
+			bspan.SetStatus(codes.Error, "handler panicked")
+			bspan.End()
+		}
+	}()
+	res = h.next.HandleBatch(bctx, b)
+	ended = true
+	for i, span := range spans {
+		var err error
+		if i < len(res) {
+			err = res[i]
+		}
+		end(b.Context(i), span, err)
+	}
+	bspan.End()
+	return res
+}
+
+// producer returns the span context of m's producer: its W3C trace context, else its X-Ray
+// header; invalid when it carries neither.
+func (p *processor) producer(m *worker.Message) trace.SpanContext {
+	if len(m.Attributes) > 0 {
+		if sc := trace.SpanContextFromContext(p.prop.Extract(context.Background(), AttributeCarrier(m.Attributes))); sc.IsValid() {
+			return sc
+		}
+	}
+	if h, ok := m.SystemAttributes[awsTraceHeader]; ok {
+		if xr, ok := parseAWSTraceHeader(h); ok {
+			return xr
+		}
+	}
+	return trace.SpanContext{}
 }
 
 // destination returns the queue's name, and its attributes: messaging.destination.name, and

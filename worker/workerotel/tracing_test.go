@@ -41,7 +41,6 @@ func wantAttrs(t testing.TB, s tracetest.SpanStub, want map[attribute.Key]string
 	}
 }
 
-
 // byName, children and spanTree are workeroteltest's, which cmd/sqsinbox's trace test shares.
 var (
 	byName   = workeroteltest.ByName
