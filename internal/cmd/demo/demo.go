@@ -34,7 +34,9 @@ const (
 	retention       = 4 * 24 * time.Hour
 	dlqRetention    = 14 * 24 * time.Hour
 	visibility      = 30 * time.Second
-	concurrency     = 20
+	// concurrency is each worker's batches in flight, each a transaction of up to
+	// worker.DefaultHandlerBatch messages on a connection of its own.
+	concurrency = 4
 )
 
 // The event of the story.
@@ -73,7 +75,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	pcfg.MaxConns = concurrency + 4
+	pcfg.MaxConns = 2*concurrency + 4 // two workers
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fail("connecting to PostgreSQL", err)
@@ -176,7 +178,8 @@ func run(ctx context.Context, o options) (err error) {
 		say("            -> queue %-9s %s (%s)", sub.name, sub.delivery(), sub.how)
 	}
 	say("PostgreSQL: %s", dbDesc)
-	say("Workers:    warehouse and loyalty handlers, %d at once each, inbox schema %s", concurrency, inbox.DefaultSchema)
+	say("Workers:    warehouse and loyalty, %d batches at once each (up to %d messages per transaction), inbox schema %s",
+		concurrency, worker.DefaultHandlerBatch, inbox.DefaultSchema)
 	say("")
 
 	// The story: evt_9f3k published once, then once more.
@@ -368,6 +371,16 @@ func run(ctx context.Context, o options) (err error) {
 	say("  time taken: %.1fs in all; the %s messages were published in %.1fs, and both queues drained %.1fs after the first was published (%s deliveries/s)",
 		time.Since(start).Seconds(), thousands(len(msgs)), sendTime.Seconds(), loadTime.Seconds(),
 		thousands(int(float64(len(fan.subs)*len(msgs))/loadTime.Seconds())))
+	var batches, batched int
+	for _, sub := range fan.subs {
+		s := sub.m.snapshot()
+		batches, batched = batches+s.batches, batched+s.batched
+	}
+	if batches > 0 {
+		say("  drain rate: %s deliveries/s through both workers; batched commits: %s transactions for %s deliveries, %.1f per transaction",
+			thousands(int(float64(len(fan.subs)*len(msgs))/loadTime.Seconds())), thousands(batches), thousands(batched),
+			float64(batched)/float64(batches))
+	}
 	if n := len(earlier[warehouse.HandlerName]); n > 0 {
 		say("\n  %s of the events were processed by an earlier run against this database: the inbox remembered them.", thousands(n))
 	}
@@ -468,7 +481,7 @@ type counters struct {
 	c  snapshot
 }
 
-type snapshot struct{ processed, duplicates, failed int }
+type snapshot struct{ processed, duplicates, failed, batches, batched int }
 
 func (s snapshot) handled() int { return s.processed + s.duplicates }
 
@@ -484,6 +497,10 @@ func (m *counters) Add(c worker.Counter, n int) {
 		m.c.duplicates += n
 	case worker.Failed:
 		m.c.failed += n
+	case worker.Batches:
+		m.c.batches += n
+	case worker.BatchedMessages:
+		m.c.batched += n
 	}
 }
 func (m *counters) Observe(worker.Histogram, time.Duration) {}
