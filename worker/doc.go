@@ -5,12 +5,29 @@
 // # Data path
 //
 // Pollers call ReceiveMessage (long polling, asking only for as many messages as there are free
-// slots of Config.Concurrency); each message is leased from its receive (its visibility is kept
-// up by a heartbeat until it is settled or released), takes a slot, and its handler runs with a
-// context that is cancelled on timeout, lost lease or stop. What the handler returns steers SQS:
-// see [Handler]. Deletes go out in DeleteMessageBatch calls of up to ten, every
+// slots: room for Config.Concurrency handler calls of up to Config.HandlerBatch messages each, plus
+// Config.Prefetch held ones); each message is leased from its receive (its visibility is kept up
+// by a heartbeat until it is settled or released) and queued. Config.Concurrency runners take
+// them: one message at a time for a plain [Handler], up to Config.HandlerBatch at a time for a
+// [BatchHandler] (waiting up to Config.Linger for a batch to fill). A handler runs with a context
+// that is cancelled on timeout, lost lease or stop. What the handler returns steers SQS: see
+// [Handler]. Deletes go out in DeleteMessageBatch calls of up to ten, every
 // Config.DeleteInterval; failed entries, and only they, are retried, and "receipt handle invalid"
 // or 404 (on FIFO also "receipt handle has expired") counts as gone.
+//
+// # Batches
+//
+// The inbox handler is a [BatchHandler]: the messages of a batch share one PostgreSQL transaction,
+// a savepoint each, and one COMMIT (see inbox.Inbox.RunBatch); each message still gets its own
+// result, so a failed one retries alone. [Batch.Run] gives each message's work its own context,
+// handler timeout and panic recovery.
+//
+// # Prefetch
+//
+// Held messages (received, not yet started) are covered as running ones are: leased, released at
+// stop, released when a pause begins (a dependency every message needs is down), and released
+// once they have waited Config.MaxHold. During a pause the pollers probe with one message at a
+// time, and only once nothing else is outstanding.
 //
 // # Long handlers and held messages
 //
@@ -20,8 +37,8 @@
 //
 // # FIFO queues
 //
-// On a FIFO queue, the messages of one MessageGroupId from a receive run in order, one at a
-// time; groups run in parallel. The ones waiting behind a running head keep their lease. When one
+// On a FIFO queue, the messages of one MessageGroupId from a receive stay with one runner and run
+// in order, inside a batch and across batches; groups run in parallel. The ones waiting behind a running head keep their lease. When one
 // fails, the later ones of its group are released (visibility 0) rather than run.
 //
 // # Start and stop
