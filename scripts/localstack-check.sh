@@ -88,7 +88,7 @@ check() {
 		import yaml
 
 		# What the examples expect (examples/ read QUEUE_URL; DATABASE_URL as documented).
-		EXPECTED = {"warehouse": "warehouse-dlq", "loyalty": "loyalty-dlq", "payments": "payments-dlq"}
+		EXPECTED = {"warehouse": "warehouse-dlq", "loyalty": "loyalty-dlq", "payments": "payments-dlq", "payments-ledger": "payments-ledger-dlq"}
 		# The fan-out: the topic, and each queue subscribed to it with its raw delivery setting.
 		TOPIC = "order-paid"
 		SUBSCRIBERS = {"warehouse": "true", "loyalty": "false"}
@@ -351,8 +351,8 @@ self_test() {
 		"init syntax error|$init|\$a if then|bash -n"
 		"init runtime failure|$init|/^set -euo pipefail/a exit 3|exited with 3"
 		"awslocal|$init|s#aws --endpoint-url \"\$endpoint\"#awslocal#|uses awslocal"
-		"missing queue|$init|s#queues=(warehouse loyalty payments)#queues=(warehouse loyalty)#|the examples expect"
-		"extra queue|$init|s#queues=(warehouse loyalty payments)#queues=(warehouse loyalty payments orders)#|the examples expect"
+		"missing queue|$init|s#queues=(warehouse loyalty payments payments-ledger)#queues=(warehouse loyalty payments)#|the examples expect"
+		"extra queue|$init|s#queues=(warehouse loyalty payments payments-ledger)#queues=(warehouse loyalty payments payments-ledger orders)#|the examples expect"
 		"source retention|$init|s#retention_seconds=345600#retention_seconds=86400#|MessageRetentionPeriod is '86400'"
 		"visibility|$init|s#visibility_timeout_seconds=30#visibility_timeout_seconds=60#|VisibilityTimeout is '60'"
 		"long poll|$init|s#receive_wait_seconds=20#receive_wait_seconds=0#|ReceiveMessageWaitTimeSeconds is '0'"

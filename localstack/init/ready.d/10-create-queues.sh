@@ -15,7 +15,7 @@ region=${AWS_DEFAULT_REGION:-us-east-1}
 export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
 
 # The example queues (standard queues). Each NAME gets NAME-dlq.
-queues=(warehouse loyalty payments)
+queues=(warehouse loyalty payments payments-ledger)
 
 # Source queues: 4 days' retention (the SQS default), 30 s visibility, 20 s long polls.
 readonly retention_seconds=345600
