@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,12 @@ import (
 // SQSINBOX_BENCH_SECONDS sets each run's length (default 5) and SQSINBOX_BENCH_ROUNDS the
 // number of alternating rounds (default 3). The ratio is of the means; the range beside it is
 // the lowest and highest ratio of a single round, which shows how noisy the machine was.
+//
+// The batched rows ("batch N") run inbox.RunBatch with N events (SQSINBOX_BENCH_BATCH, default
+// 10) and the business insert each, against pgbench and plain pgx running N × (SAVEPOINT, claim,
+// insert, RELEASE SAVEPOINT) and one COMMIT per transaction; their rates are in events per
+// second (transactions × N), and allocs/op is per event. SQSINBOX_BENCH_WORK picks the rows:
+// claim, claim+insert, batch, comma-separated (default all).
 func BenchmarkInboxVsPgbench(b *testing.B) {
 	pgbench, err := pgbenchPath()
 	if err != nil {
@@ -42,6 +49,14 @@ func BenchmarkInboxVsPgbench(b *testing.B) {
 	rounds := 3
 	if s, err := strconv.Atoi(os.Getenv("SQSINBOX_BENCH_ROUNDS")); err == nil && s > 0 {
 		rounds = s
+	}
+	batch := 10
+	if s, err := strconv.Atoi(os.Getenv("SQSINBOX_BENCH_BATCH")); err == nil && s > 0 {
+		batch = min(s, inbox.MaxBatch)
+	}
+	works := []string{"claim", "claim+insert", "batch"}
+	if w := os.Getenv("SQSINBOX_BENCH_WORK"); w != "" {
+		works = strings.Split(w, ",")
 	}
 	dur := time.Duration(secs) * time.Second
 	ctx := context.Background()
@@ -75,9 +90,22 @@ func BenchmarkInboxVsPgbench(b *testing.B) {
 		fsync, rounds, dur, runtime.GOMAXPROCS(0))
 	fmt.Printf("%-14s %5s %12s %12s %12s %7s %13s %13s %11s\n", "work", "conns", "pgbench tx/s", "plain pgx", "inbox tx/s",
 		"ratio", "round range", "inbox/pgx", "allocs/op")
-	for _, withInsert := range []bool{false, true} {
-		work := map[bool]string{false: "claim", true: "claim+insert"}[withInsert]
-		for _, conns := range []int{1, 8, 32} {
+	for _, work := range works {
+		var withInsert bool
+		size := 1 // events per transaction
+		switch work = strings.TrimSpace(work); work {
+		case "claim":
+		case "claim+insert":
+			withInsert = true
+		case "batch":
+			withInsert, size = true, batch
+		default:
+			b.Fatalf("SQSINBOX_BENCH_WORK: unknown work %q (claim, claim+insert, batch)", work)
+		}
+		if size > 1 {
+			work = fmt.Sprintf("batch%d", size) // rates in events per second, allocs/op per event
+		}
+		for _, conns := range benchConns() {
 			reset := func() {
 				if _, err := admin.Exec(ctx, `TRUNCATE `+schema+`.processed_messages, `+schema+`.bench_rows; CHECKPOINT`); err != nil {
 					b.Fatal(err)
@@ -87,15 +115,28 @@ func BenchmarkInboxVsPgbench(b *testing.B) {
 			var ref, plain, ours, allocs float64
 			lo, hi := math.Inf(1), math.Inf(-1)
 			for range rounds {
-				reset()
-				r, err := runPgbench(pgbench, schema, withInsert, conns, secs)
-				if err != nil {
-					b.Fatal(err)
+				var r, p, o, a float64
+				if size == 1 {
+					reset()
+					if r, err = runPgbench(pgbench, schema, withInsert, conns, secs); err != nil {
+						b.Fatal(err)
+					}
+					reset()
+					p, _ = runPlainPgx(b, schema, withInsert, conns, dur)
+					reset()
+					o, a = runInbox(b, schema, withInsert, conns, dur)
+				} else {
+					reset()
+					if r, err = runPgbenchBatch(pgbench, schema, size, conns, secs); err != nil {
+						b.Fatal(err)
+					}
+					reset()
+					p, _ = runPlainPgxBatch(b, schema, size, conns, dur)
+					reset()
+					o, a = runInboxBatch(b, schema, size, conns, dur)
+					// Events, not transactions.
+					r, p, o, a = r*float64(size), p*float64(size), o*float64(size), a/float64(size)
 				}
-				reset()
-				p, _ := runPlainPgx(b, schema, withInsert, conns, dur)
-				reset()
-				o, a := runInbox(b, schema, withInsert, conns, dur)
 				k := float64(rounds)
 				ref, plain, ours, allocs = ref+r/k, plain+p/k, ours+o/k, allocs+a/k
 				lo, hi = min(lo, o/r), max(hi, o/r)
@@ -105,12 +146,32 @@ func BenchmarkInboxVsPgbench(b *testing.B) {
 			b.ReportMetric(ours/ref, fmt.Sprintf("ratio-%s-c%d", work, conns))
 		}
 	}
+	if slices.Contains(works, "batch") {
+		fmt.Printf("batch%d: %d events per transaction, the claim and the insert each; rates in events/s (transactions × %d), allocs/op per event\n",
+			batch, batch, batch)
+	}
 }
 
 // runInbox runs claim-and-run through the public API and returns transactions per second.
 func runInbox(b *testing.B, schema string, withInsert bool, conns int, dur time.Duration) (tps, allocsPerOp float64) {
+	var fn inbox.Func
+	var ib *inbox.Inbox
+	return runLoop(b, conns, dur, func(pool *pgxpool.Pool) {
+		ib, fn = benchInbox(b, pool, schema, withInsert)
+	}, func(ctx context.Context, key string) error {
+		_, err := ib.Run(ctx, "bench", key, fn)
+		return err
+	})
+}
+
+// benchInbox returns an inbox on pool and the work of one event: nothing, or the insert.
+func benchInbox(b *testing.B, pool *pgxpool.Pool, schema string, withInsert bool) (*inbox.Inbox, inbox.Func) {
+	ib, err := inbox.New(pool, &inbox.Config{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
 	insert := `INSERT INTO ` + schema + `.bench_rows (event_id, handler) VALUES ($1, 'inbox')`
-	fn := func(ctx context.Context, tx pgx.Tx) error {
+	return ib, func(ctx context.Context, tx pgx.Tx) error {
 		if !withInsert {
 			return nil
 		}
@@ -118,16 +179,6 @@ func runInbox(b *testing.B, schema string, withInsert bool, conns int, dur time.
 		_, err := tx.Exec(ctx, insert, key)
 		return err
 	}
-	var ib *inbox.Inbox
-	return runLoop(b, conns, dur, func(pool *pgxpool.Pool) {
-		var err error
-		if ib, err = inbox.New(pool, &inbox.Config{Schema: schema}); err != nil {
-			b.Fatal(err)
-		}
-	}, func(ctx context.Context, key string) error {
-		_, err := ib.Run(ctx, "bench", key, fn)
-		return err
-	})
 }
 
 // runPlainPgx runs pgbench's script through plain pgx (BEGIN, the claim, the insert and COMMIT,
@@ -195,6 +246,90 @@ func runLoop(b *testing.B, conns int, dur time.Duration, setup func(*pgxpool.Poo
 	return float64(n) / elapsed.Seconds(), float64(ms1.Mallocs-ms0.Mallocs) / float64(n)
 }
 
+// batchKeys returns the n event keys of one batched transaction.
+func batchKeys(key string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = key + "." + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// runInboxBatch runs inbox.RunBatch with size events (the claim and one insert each) and returns
+// transactions per second and allocations per transaction.
+func runInboxBatch(b *testing.B, schema string, size, conns int, dur time.Duration) (tps, allocsPerOp float64) {
+	// The same work as runInbox's with the insert, run as a batch.
+	var fn inbox.Func
+	var ib *inbox.Inbox
+	return runLoop(b, conns, dur, func(pool *pgxpool.Pool) {
+		ib, fn = benchInbox(b, pool, schema, true)
+	}, func(ctx context.Context, key string) error {
+		items := make([]inbox.Item, size)
+		for i, k := range batchKeys(key, size) {
+			items[i] = inbox.Item{Key: k, Fn: fn}
+		}
+		res, st := ib.RunBatch(ctx, "bench", items)
+		for _, r := range res {
+			if r.Err != nil {
+				return r.Err
+			}
+			if r.Outcome != inbox.Processed {
+				return fmt.Errorf("outcome %v, want processed", r.Outcome)
+			}
+		}
+		if st.Fallback || st.Retries > 0 {
+			return fmt.Errorf("batch stats %+v: the benchmark's batches share no key", st)
+		}
+		return nil
+	})
+}
+
+// runPlainPgxBatch runs pgbench's batched script through plain pgx: BEGIN, size × (SAVEPOINT,
+// claim, insert, RELEASE), COMMIT, one round trip each.
+func runPlainPgxBatch(b *testing.B, schema string, size, conns int, dur time.Duration) (tps, allocsPerOp float64) {
+	claim := `INSERT INTO ` + schema + `.processed_messages (handler, event_id) VALUES ('pgx', $1) ON CONFLICT DO NOTHING`
+	insert := `INSERT INTO ` + schema + `.bench_rows (event_id, handler) VALUES ($1, 'pgx')`
+	var pool *pgxpool.Pool
+	return runLoop(b, conns, dur, func(p *pgxpool.Pool) { pool = p }, func(ctx context.Context, key string) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, k := range batchKeys(key, size) {
+			if _, err := tx.Exec(ctx, "SAVEPOINT s"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, claim, k); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, insert, k); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT s"); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	})
+}
+
+// runPgbenchBatch runs pgbench with BEGIN, size × (SAVEPOINT, claim, insert, RELEASE) and END,
+// and returns its transactions per second.
+func runPgbenchBatch(bin, schema string, size, conns, secs int) (float64, error) {
+	script := "BEGIN;\n"
+	for i := range size {
+		script = fmt.Sprintf("\\set k%d :k * 100 + %d\n", i, i) + script
+		k := fmt.Sprintf(":k%d::text", i)
+		script += "SAVEPOINT s;\n" +
+			"INSERT INTO " + schema + ".processed_messages (handler, event_id) VALUES ('pgbench', " + k + ") ON CONFLICT DO NOTHING;\n" +
+			"INSERT INTO " + schema + ".bench_rows (event_id, handler) VALUES (" + k + ", 'pgbench');\n" +
+			"RELEASE SAVEPOINT s;\n"
+	}
+	script = "\\set k random(1, 900000000000000)\n" + script + "END;\n"
+	return pgbenchScript(bin, script, conns, secs)
+}
+
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
 func runPgbench(bin, schema string, withInsert bool, conns, secs int) (float64, error) {
@@ -204,6 +339,12 @@ func runPgbench(bin, schema string, withInsert bool, conns, secs int) (float64, 
 		script += "INSERT INTO " + schema + ".bench_rows (event_id, handler) VALUES (:k::text, 'pgbench');\n"
 	}
 	script += "END;\n"
+	return pgbenchScript(bin, script, conns, secs)
+}
+
+// pgbenchScript runs script with pgbench (prepared statements, conns clients, secs seconds) and
+// returns its transactions per second.
+func pgbenchScript(bin, script string, conns, secs int) (float64, error) {
 	dir, err := os.MkdirTemp("", "pgbench-")
 	if err != nil {
 		return 0, err
@@ -214,11 +355,18 @@ func runPgbench(bin, schema string, withInsert bool, conns, secs int) (float64, 
 		return 0, err
 	}
 	threads := min(conns, runtime.NumCPU())
-	cmd := exec.Command(bin, "-n", "-M", "prepared", "-c", strconv.Itoa(conns), "-j", strconv.Itoa(threads),
-		"-T", strconv.Itoa(secs), "-f", file, db.URL)
+	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(conns), "-j", strconv.Itoa(threads), "-T", strconv.Itoa(secs)}
+	verbose := os.Getenv("SQSINBOX_BENCH_PGBENCH_VERBOSE") != ""
+	if verbose {
+		args = append(args, "-r") // per-statement latencies
+	}
+	cmd := exec.Command(bin, append(args, "-f", file, db.URL)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+	}
+	if verbose {
+		fmt.Printf("%s\n", out)
 	}
 	m := tpsLine.FindSubmatch(out)
 	if m == nil {
@@ -235,4 +383,19 @@ func pgbenchPath() (string, error) {
 		}
 	}
 	return exec.LookPath("pgbench")
+}
+
+// benchConns returns the connection counts of BenchmarkInboxVsPgbench: 1, 8 and 32, or
+// SQSINBOX_BENCH_CONNS (comma-separated).
+func benchConns() []int {
+	out := []int{1, 8, 32}
+	if s := os.Getenv("SQSINBOX_BENCH_CONNS"); s != "" {
+		out = out[:0]
+		for _, f := range strings.Split(s, ",") {
+			if c, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && c > 0 {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }

@@ -6,11 +6,18 @@
 // traced (workerotel.Middleware and InboxHooks, every message sampled, spans batched to an
 // exporter that drops them), to be compared with a run without it.
 //
+// With -batch it also measures batched inbox commits (batch.go): the worker with
+// Config.HandlerBatch at the settings given, beside the raw receive+delete drain of the same
+// server at its best poller count and the inbox-only rate of the same batched transactions
+// (inbox.RunBatch), and the same worker with HandlerBatch 1 at Concurrency 8.
+//
 // It starts its own PostgreSQL (internal/pgtest: a throwaway cluster, or a fresh database on
-// TEST_DATABASE_URL) and GoAws (internal/sqstest, or AWS_ENDPOINT_URL_SQS). Run it from the
-// repository:
+// TEST_DATABASE_URL) and SQS server (internal/sqstest: GoAws, or fauxqs with
+// SQSINBOX_TEST_SQS=fauxqs or -sqs fauxqs; or AWS_ENDPOINT_URL_SQS). -sqs goaws,fauxqs runs every
+// table against each server in turn, on the same PostgreSQL. Run it from the repository:
 //
 //	go run ./internal/cmd/workerbench -n 3000 -c 1,8,32,64
+//	go run ./internal/cmd/workerbench -n 3000 -c '' -sqs goaws,fauxqs -batch 10 -bc 4,8 -repeat 2
 package main
 
 import (
@@ -51,6 +58,10 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.IntVar(&pollers, "pollers", 0, "worker.Config.Pollers (0: the default)")
 	only := flag.String("only", "", "measure only these columns, comma-separated, for profiling: raw, inbox, goaws, fake, memory (ratios need all)")
+	flag.StringVar(&servers, "sqs", "", "SQS servers to run against in turn, comma-separated: goaws, fauxqs (empty: the one SQSINBOX_TEST_SQS or AWS_ENDPOINT_URL_SQS names, GoAws by default)")
+	flag.StringVar(&memprofile, "memprofile", "", "write a heap profile (every allocation sampled) of the memory measurement, taken with the messages in flight, to this file")
+	flag.DurationVar(&runTimeout, "timeout", 5*time.Minute, "the longest one worker run may take to drain its messages")
+	bf.register()
 	flag.BoolVar(&traced, "otel", false, "trace the worker runs (goaws, fake): workerotel.Middleware and InboxHooks on an SDK tracer provider that samples every message and drops the spans in its exporter")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -72,8 +83,12 @@ func main() {
 const schema = "bench"
 
 var (
-	pollers int
-	traced  bool
+	pollers    int
+	traced     bool
+	servers    string
+	runTimeout time.Duration
+	memprofile string
+	bf         batchFlags
 )
 
 type bench struct {
@@ -84,6 +99,7 @@ type bench struct {
 	otel *benchTracing
 	srv  *sqstest.Server
 	sqs  *sqs.Client
+	name string // the SQS server's name in the tables: GoAws, fauxqs, SQS
 	run  int
 	log  *slog.Logger
 }
@@ -102,11 +118,6 @@ func columns(only string) func(string) bool {
 
 func run(n int, csFlag string, inflight, repeat int, want func(string) bool) error {
 	ctx := context.Background()
-	srv, err := sqstest.Start(ctx)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
 	db, err := pgtest.Start(ctx, "workerbench")
 	if err != nil {
 		return err
@@ -132,8 +143,8 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 	if err != nil {
 		return err
 	}
-	b := &bench{pool: pool, ib: ib, srv: srv, sqs: srv.Client(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		cpu: cpuMeter{goaws: srv.Pid(), postmaster: db.PostmasterPid()}}
+	b := &bench{pool: pool, ib: ib, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cpu: cpuMeter{postmaster: db.PostmasterPid()}}
 	if traced {
 		if b.otel, err = newBenchTracing(pool); err != nil {
 			return err
@@ -141,12 +152,69 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 		defer b.otel.shutdown()
 	}
 
-	fmt.Printf("workerbench: %d messages per cell, best of %d, GOMAXPROCS %d, %s\n", n, repeat, runtime.GOMAXPROCS(0), loadavg())
+	fmt.Printf("workerbench: %d messages per cell, best of %d, GOMAXPROCS %d, %d CPUs, %s, %s\n", n, repeat,
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), loadavg())
 	if b.otel != nil {
 		fmt.Println("tracing: on (workerotel.Middleware and InboxHooks in the worker runs, every message sampled, spans dropped by the exporter)")
 	}
-	fmt.Printf("server: %s (GoAws %v)\n\n", srv.Endpoint, srv.GoAws)
-	fmt.Println("| conc | raw GoAws recv+del | inbox only | worker+GoAws | ratio to min | ratio to shared-CPU bound | worker+fake | ratio to inbox | allocs/msg (fake) | allocs/msg (GoAws) |")
+	kinds := []string{""}
+	if servers != "" {
+		kinds = strings.Split(servers, ",")
+	}
+	for _, kind := range kinds {
+		if err := b.withServer(ctx, strings.TrimSpace(kind), func() error {
+			if strings.TrimSpace(csFlag) != "" {
+				if err := b.classic(ctx, n, csFlag, repeat, want); err != nil {
+					return err
+				}
+			}
+			if bf.enabled() {
+				return b.batched(ctx, n, repeat, want)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if inflight > 0 && want("memory") {
+		heap, stacks, gor, err := memoryInFlight(ctx, inflight)
+		if err != nil {
+			return err
+		}
+		bytes := heap + stacks
+		fmt.Printf("\nmemory with %d messages in flight (fake, handlers blocked, no database): %.2f MiB live heap and stacks (heap %.2f MiB, stacks %.2f MiB), %.2f KiB and %.1f goroutines per message\n",
+			inflight, float64(bytes)/(1<<20), float64(heap)/(1<<20), float64(stacks)/(1<<20), float64(bytes)/float64(inflight)/1024, float64(gor)/float64(inflight))
+	}
+	fmt.Printf("\nload at the end: %s\n", loadavg())
+	return nil
+}
+
+// withServer starts the SQS server of kind (goaws, fauxqs; empty: the one the environment
+// names), points the bench at it, runs f and stops the server.
+func (b *bench) withServer(ctx context.Context, kind string, f func() error) error {
+	if kind != "" {
+		if err := os.Setenv(sqstest.EnvServer, kind); err != nil {
+			return err
+		}
+	}
+	srv, err := sqstest.Start(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	b.srv, b.sqs, b.cpu.goaws = srv, srv.Client(), srv.Pid()
+	b.name = map[sqstest.Kind]string{sqstest.KindGoAws: "GoAws", sqstest.KindFauxqs: "fauxqs"}[srv.Kind]
+	if b.name == "" {
+		b.name = "SQS"
+	}
+	fmt.Printf("\nserver: %s at %s (pid %d)\n\n", b.name, srv.Endpoint, srv.Pid())
+	return f()
+}
+
+// classic prints the tables of the worker at the concurrencies of csFlag with its default
+// settings, beside the raw drain and the inbox-only rate shaped like it.
+func (b *bench) classic(ctx context.Context, n int, csFlag string, repeat int, want func(string) bool) error {
+	fmt.Printf("| conc | raw %[1]s recv+del | inbox only | worker+%[1]s | ratio to min | ratio to shared-CPU bound | worker+fake | ratio to inbox | allocs/msg (fake) | allocs/msg (%[1]s) |\n", b.name)
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var slots, cpus []string
 	for _, s := range strings.Split(csFlag, ",") {
@@ -206,7 +274,7 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 	// Without prefetch (a receive asks only for slots free now), a slot waits out one receive
 	// call between two handlers: slot use is about handler / (handler + receive + gathering).
 	fmt.Println("\nwhere the slots' time goes (the best run of each cell): mean handler (inbox transaction), mean ReceiveMessage call that returned messages, and the share of the Concurrency slots running a handler")
-	fmt.Println("\n| conc | handler (GoAws) | receive call (GoAws) | slot use (GoAws) | handler (fake) | receive call (fake) | slot use (fake) |")
+	fmt.Printf("\n| conc | handler (%[1]s) | receive call (%[1]s) | slot use (%[1]s) | handler (fake) | receive call (fake) | slot use (fake) |\n", b.name)
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range slots {
 		fmt.Println(l)
@@ -215,20 +283,11 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 	// a share well under 1 means the run waited on latency, not on CPU.
 	fmt.Printf("\nCPU per message in the worker runs (from /proc, %d ms resolution), and the rate the machine's %d cores would allow at that cost\n",
 		clockTick/time.Millisecond, runtime.NumCPU())
-	fmt.Println("\n| conc | worker process (GoAws) | GoAws | PostgreSQL (GoAws) | total (GoAws) | CPU bound (GoAws) | worker+GoAws / CPU bound | worker process (fake) | PostgreSQL (fake) |")
+	fmt.Printf("\n| conc | worker process (%[1]s) | %[1]s | PostgreSQL (%[1]s) | total (%[1]s) | CPU bound (%[1]s) | worker+%[1]s / CPU bound | worker process (fake) | PostgreSQL (fake) |\n", b.name)
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range cpus {
 		fmt.Println(l)
 	}
-	if inflight > 0 && want("memory") {
-		bytes, gor, err := memoryInFlight(ctx, inflight)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("\nmemory with %d messages in flight (fake, handlers blocked, no database): %.2f MiB live heap and stacks, %.2f KiB and %.1f goroutines per message\n",
-			inflight, float64(bytes)/(1<<20), float64(bytes)/float64(inflight)/1024, float64(gor)/float64(inflight))
-	}
-	fmt.Printf("\nload at the end: %s\n", loadavg())
 	return nil
 }
 
@@ -263,22 +322,29 @@ func (b *bench) queue(ctx context.Context, n int) (string, error) {
 // rawSQS drains n messages with plain receive + DeleteMessageBatch loops shaped like the
 // worker's pollers at concurrency c.
 func (b *bench) rawSQS(ctx context.Context, n, c int) (float64, error) {
+	rate, _, err := b.rawDrain(ctx, n, min((c+9)/10, worker.DefaultMaxPollers), min(c, 10))
+	return rate, err
+}
+
+// rawDrain drains n messages with pollers loops of ReceiveMessage (up to batch messages) and
+// DeleteMessageBatch, and returns the rate and the progress it made.
+func (b *bench) rawDrain(ctx context.Context, n, pollers, batch int) (float64, progress, error) {
+	var prog tracker
 	url, err := b.queue(ctx, n)
 	if err != nil {
-		return 0, err
+		return 0, progress{}, err
 	}
-	pollers := min((c+9)/10, worker.DefaultMaxPollers)
-	batch := int32(min(c, 10))
-	var done atomic.Int64
+	var done, finished atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	start := time.Now()
+	prog.start(start)
 	for range pollers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for done.Load() < int64(n) {
-				out, err := b.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: batch,
+				out, err := b.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: int32(batch),
 					WaitTimeSeconds: 1}, worker.PlainRequestBodies)
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
@@ -296,15 +362,21 @@ func (b *bench) rawSQS(ctx context.Context, n, c int) (float64, error) {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
-				done.Add(int64(len(out.Messages)))
+				if done.Add(int64(len(out.Messages))) >= int64(n) {
+					// The drain ends here: the other pollers may still wait out a long poll
+					// on the empty queue, which is not part of it.
+					finished.CompareAndSwap(0, int64(time.Since(start)))
+				}
+				prog.tick()
 			}
 		}()
 	}
 	wg.Wait()
+	pr := prog.end(int(done.Load()), n)
 	if err, _ := firstErr.Load().(error); err != nil {
-		return 0, err
+		return 0, pr, err
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return float64(n) / time.Duration(finished.Load()).Seconds(), pr, nil
 }
 
 func (b *bench) effect(ctx context.Context, tx pgx.Tx, key string) error {
@@ -350,22 +422,38 @@ type workerRun struct {
 	receive time.Duration // mean time of a ReceiveMessage call that returned messages
 	slotUse float64       // mean share of the Concurrency slots running a handler
 	cpu     cpuTimes      // CPU time per message of the worker's process, GoAws and PostgreSQL
+	perCall float64       // messages per handler call (a batch, or one)
+	perRecv float64       // messages per ReceiveMessage call (empty ones included)
+	held    time.Duration // mean wait of a received message for a handler (Config.Prefetch)
+	prog    progress
 }
 
-type counts struct{ deleted, failed, handlerSum, handlerN atomic.Int64 }
+type counts struct {
+	deleted, failed, handlerSum, handlerN, batches, batched, heldSum, heldN atomic.Int64
+	prog                                                                    *tracker
+}
 
 func (c *counts) Add(k worker.Counter, n int) {
 	switch k {
 	case worker.Deleted:
 		c.deleted.Add(int64(n))
+		c.prog.tick()
 	case worker.Failed:
 		c.failed.Add(int64(n))
+	case worker.Batches:
+		c.batches.Add(int64(n))
+	case worker.BatchedMessages:
+		c.batched.Add(int64(n))
 	}
 }
 func (c *counts) Observe(h worker.Histogram, d time.Duration) {
-	if h == worker.HandlerDuration {
+	switch h {
+	case worker.HandlerDuration:
 		c.handlerSum.Add(int64(d))
 		c.handlerN.Add(1)
+	case worker.HeldWait:
+		c.heldSum.Add(int64(d))
+		c.heldN.Add(1)
 	}
 }
 func (c *counts) SetInFlight(int) {}
@@ -373,12 +461,16 @@ func (c *counts) SetInFlight(int) {}
 // timedClient times the ReceiveMessage calls that return messages.
 type timedClient struct {
 	worker.SQSClient
-	sum, n atomic.Int64
+	sum, n, calls, msgs atomic.Int64
 }
 
 func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	start := time.Now()
 	out, err := t.SQSClient.ReceiveMessage(ctx, in, optFns...)
+	t.calls.Add(1)
+	if err == nil {
+		t.msgs.Add(int64(len(out.Messages)))
+	}
 	if err == nil && len(out.Messages) > 0 {
 		t.sum.Add(int64(time.Since(start)))
 		t.n.Add(1)
@@ -386,8 +478,25 @@ func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 	return out, err
 }
 
-// runWorker drains n messages from url with a worker at concurrency c.
+// workerOpts are the worker settings of a run; zero values are the worker's defaults.
+type workerOpts struct {
+	c, batch, prefetch, pollers int
+	linger                      time.Duration
+}
+
+// runWorker drains n messages from url with a worker at concurrency c and the -pollers flag's
+// pollers.
 func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url string, n, c int) (workerRun, error) {
+	res, err := b.runWorkerOpts(ctx, sqsClient, url, n, workerOpts{c: c, pollers: pollers})
+	if err == nil && res.prog.done < n {
+		err = fmt.Errorf("worker drained only %d of %d messages in %v", res.prog.done, n, runTimeout)
+	}
+	return res, err
+}
+
+// runWorkerOpts drains n messages from url with a worker set up as o. A run that has not drained
+// them within -timeout stops there: its progress says how far it got.
+func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, url string, n int, o workerOpts) (workerRun, error) {
 	var res workerRun
 	client := &timedClient{SQSClient: sqsClient}
 	ib := b.ib
@@ -406,9 +515,10 @@ func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url s
 	if b.otel != nil {
 		h = b.otel.wrap(url, h)
 	}
-	met := &counts{}
-	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: c, WaitTime: time.Second, Pollers: pollers,
-		Handler: h, Metrics: met, Logger: b.log})
+	var prog tracker
+	met := &counts{prog: &prog}
+	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: o.c, WaitTime: time.Second, Pollers: o.pollers,
+		HandlerBatch: o.batch, Prefetch: o.prefetch, Linger: o.linger, Handler: h, Metrics: met, Logger: b.log})
 	if err != nil {
 		return res, err
 	}
@@ -417,27 +527,35 @@ func (b *bench) runWorker(ctx context.Context, sqsClient worker.SQSClient, url s
 	runtime.ReadMemStats(&m0)
 	cpu0 := b.cpu.read()
 	start := time.Now()
+	prog.start(start)
 	if err := w.Start(ctx); err != nil {
 		return res, err
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for met.deleted.Load() < int64(n) {
-		if time.Now().After(deadline) {
-			return res, fmt.Errorf("worker drained only %d of %d messages in 5 minutes (%d failures)", met.deleted.Load(), n, met.failed.Load())
-		}
+	deadline := start.Add(runTimeout)
+	for met.deleted.Load() < int64(n) && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	el := time.Since(start)
+	deleted := int(met.deleted.Load())
+	res.prog = prog.end(deleted, n)
 	used := b.cpu.read().sub(cpu0)
 	runtime.ReadMemStats(&m1)
 	if err := w.Stop(ctx); err != nil {
 		return res, err
 	}
+	n = max(min(deleted, n), 1)
 	res.rate = float64(n) / el.Seconds()
 	res.allocs = float64(m1.Mallocs-m0.Mallocs) / float64(n)
+	res.perCall = 1
+	if k := met.batches.Load(); k > 0 {
+		res.perCall = float64(met.batched.Load()) / float64(k)
+	}
+	res.held = time.Duration(met.heldSum.Load() / max(met.heldN.Load(), 1))
+	res.perRecv = float64(client.msgs.Load()) / float64(max(client.calls.Load(), 1))
 	res.handler = time.Duration(met.handlerSum.Load() / max(met.handlerN.Load(), 1))
 	res.receive = time.Duration(client.sum.Load() / max(client.n.Load(), 1))
-	res.slotUse = res.rate * res.handler.Seconds() / float64(c)
+	// A batch runs its messages one after another: a slot's busy time is its messages' handlers.
+	res.slotUse = res.rate * res.handler.Seconds() / float64(max(o.c, 1))
 	per := time.Duration(n)
 	res.cpu = cpuTimes{used.self / per, used.goaws / per, used.postgres / per}
 	return res, nil
@@ -462,7 +580,7 @@ func (b *bench) workerFake(ctx context.Context, n, c int) (workerRun, error) {
 
 // memoryInFlight measures the heap and goroutines of a worker holding k messages in flight (on
 // the fake, with blocked handlers and no database).
-func memoryInFlight(ctx context.Context, k int) (int64, int, error) {
+func memoryInFlight(ctx context.Context, k int) (heap, stacks int64, goroutines int, err error) {
 	f := sqsfake.New()
 	url := f.CreateQueue(sqsfake.QueueOptions{Name: "mem", VisibilityTimeout: time.Hour})
 	msgs := make([]sqstest.Message, k)
@@ -470,7 +588,7 @@ func memoryInFlight(ctx context.Context, k int) (int64, int, error) {
 		msgs[i] = sqstest.Message{Body: fmt.Sprintf(`{"id":"m-%d","order":"o-%d","amount":4200}`, i, i)}
 	}
 	if err := sqstest.Send(ctx, f, url, msgs); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	release := make(chan struct{})
 	w, err := worker.New(f, &worker.Config{QueueURL: url, Concurrency: k, WaitTime: time.Second,
@@ -480,14 +598,17 @@ func memoryInFlight(ctx context.Context, k int) (int64, int, error) {
 			return nil
 		})})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
+	}
+	if memprofile != "" {
+		runtime.MemProfileRate = 1
 	}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	g0 := runtime.NumGoroutine()
 	if err := w.Start(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for w.InFlight() < k {
 		time.Sleep(5 * time.Millisecond)
@@ -495,10 +616,26 @@ func memoryInFlight(ctx context.Context, k int) (int64, int, error) {
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	g1 := runtime.NumGoroutine()
+	if memprofile != "" {
+		if err := writeHeapProfile(memprofile); err != nil {
+			return 0, 0, 0, err
+		}
+	}
 	close(release)
 	if err := w.Stop(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	live := func(m *runtime.MemStats) int64 { return int64(m.HeapAlloc) + int64(m.StackInuse) }
-	return live(&m1) - live(&m0), g1 - g0, nil
+	return int64(m1.HeapAlloc) - int64(m0.HeapAlloc), int64(m1.StackInuse) - int64(m0.StackInuse), g1 - g0, nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
