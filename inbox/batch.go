@@ -159,6 +159,7 @@ type batchRun struct {
 	st      *BatchStats
 	decided []bool          // res[i] is final
 	halted  map[string]bool // groups with an item not processed, up to the item being run
+	claims  []step          // the claim steps begun and not ended, when the inbox has Hooks
 }
 
 func (r *batchRun) decide(i int, res Result) {
@@ -207,6 +208,8 @@ func (r *batchRun) once() *errRetry {
 		return nil
 	}
 	slices.Sort(keys)
+	r.beginClaims(owner)
+	defer r.endClaims(errors.New("inbox: batch rolled back before this item's turn"))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(r.ib.sql.batchClaim, r.handler, keys)
@@ -220,7 +223,9 @@ func (r *batchRun) once() *errRetry {
 	_, resetErr := br.Exec()
 	_, spErr := br.Exec()
 	if err := cmp.Or(beginErr, claimErr, resetErr, spErr, br.Close()); err != nil {
-		return r.failAll(tx, claimError(r.ctx, err), true)
+		err = claimError(r.ctx, err)
+		r.endClaims(err)
+		return r.failAll(tx, err, true)
 	}
 	spFresh := true // the savepoint holds nothing yet
 	var processed []int
@@ -311,16 +316,18 @@ func (r *batchRun) once() *errRetry {
 		r.settleTwins(owner)
 		return nil
 	}
+	commits := r.beginCommits(processed)
 	if err := tx.Commit(r.ctx); err != nil {
 		if retryable(err) {
+			r.endCommits(commits, err)
 			return &errRetry{err}
 		}
 		err = commitError(err)
-		r.hookCommits(processed, err)
+		r.endCommits(commits, err)
 		r.unknownAll(err)
 		return nil
 	}
-	r.hookCommits(processed, nil)
+	r.endCommits(commits, nil)
 	for _, i := range processed {
 		r.decide(i, Result{Outcome: Processed})
 	}
@@ -434,18 +441,72 @@ func (r *batchRun) oneByOne() {
 	}
 }
 
-func (r *batchRun) hookClaim(i int, rows int64) {
-	if h := r.ib.cfg.Hooks; h != nil {
+// step is an observation of one item's claim or commit by the inbox's Hooks.
+type step struct {
+	ctx context.Context
+	s   *StepInfo
+}
+
+// beginClaims starts the claim step of each key's owner, before the batch's claim statement.
+func (r *batchRun) beginClaims(owner map[string]int) {
+	h := r.ib.cfg.Hooks
+	if h == nil {
+		return
+	}
+	if r.claims == nil {
+		r.claims = make([]step, len(r.items))
+	}
+	for _, i := range owner {
 		ctx, s := h.begin(r.itemCtx(i), StepClaim, r.handler, r.items[i].Key, false)
-		h.claimDone(ctx, s, rows, nil)
+		r.claims[i] = step{ctx, s}
 	}
 }
 
-func (r *batchRun) hookCommits(processed []int, err error) {
+// hookClaim ends item i's claim step: rows 1 for a fresh claim, 0 for a duplicate. A twin's
+// claim, which had no step of its own, is begun and ended here.
+func (r *batchRun) hookClaim(i int, rows int64) {
+	h := r.ib.cfg.Hooks
+	if h == nil {
+		return
+	}
+	st := r.claims[i]
+	if st.s == nil {
+		st.ctx, st.s = h.begin(r.itemCtx(i), StepClaim, r.handler, r.items[i].Key, false)
+	}
+	r.claims[i] = step{}
+	h.claimDone(st.ctx, st.s, rows, nil)
+}
+
+// endClaims ends the claim steps still open, with err.
+func (r *batchRun) endClaims(err error) {
+	h := r.ib.cfg.Hooks
+	if h == nil {
+		return
+	}
+	for i, st := range r.claims {
+		if st.s != nil {
+			r.claims[i] = step{}
+			h.claimDone(st.ctx, st.s, 0, err)
+		}
+	}
+}
+
+func (r *batchRun) beginCommits(processed []int) []step {
+	h := r.ib.cfg.Hooks
+	if h == nil {
+		return nil
+	}
+	steps := make([]step, len(processed))
+	for j, i := range processed {
+		steps[j].ctx, steps[j].s = h.begin(r.itemCtx(i), StepCommit, r.handler, r.items[i].Key, false)
+	}
+	return steps
+}
+
+func (r *batchRun) endCommits(steps []step, err error) {
 	if h := r.ib.cfg.Hooks; h != nil {
-		for _, i := range processed {
-			ctx, s := h.begin(r.itemCtx(i), StepCommit, r.handler, r.items[i].Key, false)
-			h.commitDone(ctx, s, err)
+		for _, st := range steps {
+			h.commitDone(st.ctx, st.s, err)
 		}
 	}
 }
