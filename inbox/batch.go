@@ -531,6 +531,6 @@ func (t *itemTx) Commit(context.Context) error { return nil }
 // Rollback undoes this item's work (back to its savepoint) and fails the item.
 func (t *itemTx) Rollback(ctx context.Context) error {
 	t.rolledBack = true
-	_, err := t.Tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+itemSavepoint)
+	_, err := t.Exec(ctx, "ROLLBACK TO SAVEPOINT "+itemSavepoint)
 	return err
 }

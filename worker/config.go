@@ -61,6 +61,9 @@ const (
 // inside each message's.
 const MaxHandlerBatch = 20
 
+// pollerShare is how many full receives of running messages one default poller serves.
+const pollerShare = 4
+
 // maxLinger bounds Config.Linger: a batch exists to save work under load, not to add latency.
 const maxLinger = 100 * time.Millisecond
 
@@ -108,9 +111,10 @@ type Config struct {
 	// timeout. 0 means DefaultMaxHold (30 s); negative is an error.
 	MaxHold time.Duration
 
-	// Pollers is the number of goroutines that call ReceiveMessage. 0 means one more than it
-	// takes to fill the running handlers with full receives (Concurrency × HandlerBatch /
-	// BatchSize rounded up, plus one), at most DefaultMaxPollers; negative is an error.
+	// Pollers is the number of goroutines that call ReceiveMessage. 0 means
+	// Concurrency × HandlerBatch / (4 × BatchSize) rounded up, plus one, at most
+	// DefaultMaxPollers: each poller keeps about four full receives' worth of running messages
+	// topped up (the prefetch covers a receive's round trip). Negative is an error.
 	Pollers int
 
 	// BatchSize is the most messages one ReceiveMessage asks for, 1 to 10. 0 means
@@ -189,7 +193,10 @@ func (c *Config) setDefaults() {
 	c.MaxHold = cmp.Or(c.MaxHold, DefaultMaxHold)
 	if c.BatchSize > 0 && c.Concurrency > 0 && c.HandlerBatch > 0 {
 		running := c.Concurrency * c.HandlerBatch
-		c.Pollers = cmp.Or(c.Pollers, min((running+c.BatchSize-1)/c.BatchSize+1, DefaultMaxPollers))
+		// With the prefetch, pollers only keep the held messages topped up; more of them split
+		// the slots a batch frees into partial receives (more calls and allocations per message).
+		perPoller := pollerShare * c.BatchSize
+		c.Pollers = cmp.Or(c.Pollers, min((running+perPoller-1)/perPoller+1, DefaultMaxPollers))
 		c.Prefetch = cmp.Or(c.Prefetch, running)
 	}
 	c.WaitTime = cmp.Or(c.WaitTime, DefaultWaitTime)

@@ -37,8 +37,11 @@ const (
 	HardStopTimeout = 5 * time.Second
 )
 
-// DefaultConcurrency is the number of handlers an example runs at once.
-const DefaultConcurrency = 10
+// DefaultConcurrency is the number of handler calls an example runs at once: for the inbox
+// handler, batches of up to worker.DefaultHandlerBatch messages, each a transaction on a
+// connection of its own. Four batches of ten is the setting the README recommends for throughput
+// on a small instance (measured on 2 cores: BENCHMARKS.md, "Batched inbox commits").
+const DefaultConcurrency = 4
 
 // Spec describes one worker program.
 type Spec struct {
