@@ -54,8 +54,8 @@ bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first
 	$(GO) test -run '^$$' -bench BenchmarkHTTP -benchtime 2000x -timeout 30m ./inbox/idempotency/
 
 .PHONY: bench-worker
-bench-worker: ## Worker msgs/s at c=1/8/32/64 against GoAws and the fake, beside raw GoAws and inbox-only (same run), allocs/msg, memory at 1,000 in flight.
-	$(GO) run ./internal/cmd/workerbench -n 3000 -c 1,8,32,64 -repeat 2
+bench-worker: ## Worker msgs/s at c=1/8/32/64 against GoAws and the fake, beside raw GoAws and inbox-only (same run), allocs/msg, memory at 1,000 in flight; then batched commits (N=10/20) on GoAws and fauxqs against the raw drain and batched inbox-only, and against N=1.
+	$(GO) run ./internal/cmd/workerbench -n 3000 -c 1,8,32,64 -repeat 2 -sqs goaws,fauxqs -batch 10,20 -bc 2,8 -bpollers 0,2 -rawpollers 1,2,4
 
 SOAK_MESSAGES ?= 50000
 SOAK_WORKERS  ?= 4
