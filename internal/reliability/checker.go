@@ -27,6 +27,8 @@ type DLQMessage struct {
 	Seq int64
 	// Key is the message's valid event key, or empty.
 	Key string
+	// ID is its SQS MessageId (a message moved to the DLQ keeps the one it had).
+	ID string
 }
 
 // Observations is everything the checker compares.

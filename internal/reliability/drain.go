@@ -236,7 +236,7 @@ func (r *Run) readDLQ(ctx context.Context) ([]DLQMessage, []types.Message, error
 			}
 			seen[id] = true
 			info := infoOf(m)
-			d := DLQMessage{Seq: info.seq}
+			d := DLQMessage{Seq: info.seq, ID: id}
 			if info.keyOK {
 				d.Key = info.key
 			}

@@ -68,6 +68,13 @@ func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox)
 		}
 		c.Concurrency, c.HandlerTimeout, c.Backoff = 4, handlerTimeout, 200*time.Millisecond
 		c.LockTimeout, c.IdleInTransactionTimeout = ib.lock, ib.idle
+		if ib.control {
+			// The inbox as it was before its timeouts was also before batches. A batch's claim
+			// statement runs outside every message's handler timeout: without LockTimeout, the
+			// other process's batches would wait for the frozen holder until it is SIGCONTed,
+			// and the held events would be neither applied nor dead-lettered.
+			c.HandlerBatch = 1
+		}
 		return c, nil
 	}
 	c, err := config("w0")

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -54,12 +56,21 @@ func (r *Run) StartProc(cfg WorkerConfig) (*Proc, error) {
 func (r *Run) startProc(cfg WorkerConfig, env string) (*Proc, error) {
 	p := &Proc{Cfg: cfg, cmd: r.Env.Command(), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Its whole output also goes to AuditDir/out-<id>.txt (kept when a test fails): a race
+	// report or a panic is longer than what the checks quote.
+	f, err := os.Create(filepath.Join(r.AuditDir, "out-"+cfg.ID+".txt"))
+	if err != nil {
+		return nil, err
+	}
+	w := io.MultiWriter(p.out, f)
+	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
+		_ = f.Close()
 		return nil, err
 	}
 	go func() {
 		p.err = p.cmd.Wait()
+		_ = f.Close()
 		close(p.done)
 	}()
 	r.procs = append(r.procs, p)

@@ -45,9 +45,9 @@ type Scenario struct {
 	Run  func(ctx context.Context, e *Env, s Size) (*Report, error)
 }
 
-// Scenarios lists every scenario, in fault order.
+// Scenarios lists every scenario, in fault order, then the batch scenarios (scenarios_batch.go).
 func Scenarios() []Scenario {
-	return []Scenario{
+	return append([]Scenario{
 		{Name: "control-ack-before-commit", Fault: 0, ExpectFail: true, Run: runAckBeforeCommit,
 			Doc: "a deliberately broken worker deletes before it commits and is killed in between: the checker must report lost messages and deletes without a committed row"},
 		{Name: "sigkill", Fault: 1, Run: runSigkill,
@@ -86,7 +86,7 @@ func Scenarios() []Scenario {
 			Doc: "1,000 copies of one key across several workers with small pools"},
 		{Name: "sigterm", Fault: 10, Run: runSigterm,
 			Doc: "SIGTERM under load (graceful), and SIGTERM with the grace period exceeded"},
-	}
+	}, batchScenarios()...)
 }
 
 // finish drains, observes and checks.

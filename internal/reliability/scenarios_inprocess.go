@@ -47,19 +47,11 @@ func runCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
 		return nil, err
 	}
 	defer r.Close()
-	hp, err := hostPort(r.DBURL)
-	if err != nil {
-		return nil, err
-	}
-	px, err := NewPGProxy(hp)
+	px, purl, err := r.pgProxy()
 	if err != nil {
 		return nil, err
 	}
 	defer px.Close()
-	purl, err := px.URL(r.DBURL)
-	if err != nil {
-		return nil, err
-	}
 	px.CutEvery.Store(7)
 	prod := &Producer{Run: r, Retries: 2}
 	var set workerSet

@@ -3,7 +3,6 @@ package reliability
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -79,6 +77,15 @@ type WorkerConfig struct {
 	Mode string
 	// CrashAt is the ack after which a ModeAckBeforeCommit worker kills itself. 0 means never.
 	CrashAt int
+	// HandlerBatch is the worker's Config.HandlerBatch: the most messages the inbox runs in one
+	// transaction. 0 means the worker's default (10: the recording handler is a batch handler); 1
+	// turns batching off.
+	HandlerBatch int
+	// Prefetch is the worker's Config.Prefetch. 0 means its default (Concurrency × HandlerBatch).
+	Prefetch int
+	// BatchLog makes the worker log every batch it opens and closes, in AuditDir (see
+	// [ReadBatchLog]).
+	BatchLog bool
 
 	// Wrap, in-process only, decorates the SQS client below the audit (fault injection).
 	Wrap func(Client) Client `json:"-"`
@@ -95,6 +102,7 @@ type Worker struct {
 	W     *worker.Worker
 	Audit *Audit
 	pool  *pgxpool.Pool
+	blog  *batchLog
 }
 
 // Stop stops the worker gracefully and closes its pools.
@@ -102,6 +110,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	err := w.W.Stop(ctx)
 	w.pool.Close()
 	w.Audit.Close()
+	w.blog.Close()
 	return err
 }
 
@@ -167,27 +176,15 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		audit.Close()
 		return nil, err
 	}
-	handler := worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-		err := h.Handle(ctx, m)
-		if errors.Is(err, inbox.ErrCommitUnknown) {
-			audit.MarkUnknownCommit(m.ReceiptHandle)
+	rh := &recordingHandler{h: h, audit: audit, cfg: cfg}
+	if cfg.BatchLog {
+		if rh.blog, err = newBatchLog(cfg.AuditDir, cfg.ID); err != nil {
+			pool.Close()
+			audit.Close()
+			return nil, err
 		}
-		return err
-	})
-	var wh worker.Handler = handlerWithCheck{handler, h}
-	if cfg.Mode == ModeAckBeforeCommit {
-		var acks atomic.Int64
-		wh = handlerWithCheck{worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			if _, err := audit.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(cfg.QueueURL), ReceiptHandle: aws.String(m.ReceiptHandle)}); err != nil {
-				return err
-			}
-			if acks.Add(1) == int64(cfg.CrashAt) {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {}
-			}
-			return handler(ctx, m)
-		}), h}
 	}
+	var wh worker.Handler = rh
 	backoff := cfg.Backoff
 	if backoff == 0 {
 		backoff = time.Second
@@ -200,6 +197,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		QueueURL: cfg.QueueURL, Handler: wh, Concurrency: cfg.Concurrency, WaitTime: time.Second,
 		VisibilityTimeout: cfg.Visibility, ShutdownTimeout: shutdown, HandlerTimeout: cfg.HandlerTimeout,
 		Backoff: func(int) time.Duration { return backoff }, Logger: log, Metrics: cfg.Metrics,
+		HandlerBatch: cfg.HandlerBatch, Prefetch: cfg.Prefetch,
 	})
 	if err == nil {
 		err = w.Start(ctx)
@@ -207,19 +205,10 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		pool.Close()
 		audit.Close()
+		rh.blog.Close()
 		return nil, err
 	}
-	return &Worker{W: w, Audit: audit, pool: pool}, nil
-}
-
-// handlerWithCheck keeps the inbox handler's start-up checks on a wrapped handler.
-type handlerWithCheck struct {
-	worker.Handler
-	qc worker.QueueChecker
-}
-
-func (h handlerWithCheck) CheckQueue(ctx context.Context, q *worker.Queue) error {
-	return h.qc.CheckQueue(ctx, q)
+	return &Worker{W: w, Audit: audit, pool: pool, blog: rh.blog}, nil
 }
 
 // Body is the JSON body of the producer's good messages.
