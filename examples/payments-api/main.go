@@ -13,7 +13,8 @@
 // Environment: DATABASE_URL (else the libpq variables PGHOST, PGDATABASE or PGSERVICE must say
 // where the database is), LISTEN_ADDR (default 127.0.0.1:8080), EVENTS_DESTINATION (the SQS
 // queue URL or SNS topic ARN PaymentCaptured goes to), QUEUE_URL or QUEUE_NAME (the worker's
-// queue; default payments-ledger), and the standard AWS variables.
+// queue; default payments-ledger), RELAY_LEASE (how long the relay holds the rows it claims;
+// default 1m), and the standard AWS variables.
 package main
 
 import (
@@ -72,6 +73,8 @@ environment:
   EVENTS_DESTINATION  the SQS queue URL or SNS topic ARN that PaymentCaptured events go to
                       (required to serve)
   QUEUE_URL           the worker's queue; else QUEUE_NAME, else the queue named payments-ledger
+  RELAY_LEASE         how long the relay holds the rows it claims, and so how long the rows of
+                      a relay that died wait for the next (default 1m; the publish timeout is half)
   LOG_LEVEL           debug, info (default), warn or error
   AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_SNS, AWS_PROFILE, ...: the standard AWS
                       configuration
@@ -117,7 +120,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if migrateOnly {
 		return migrateAll(ctx, pool, stdout)
 	}
-	return serve(ctx, pool, cmp.Or(getenv("LISTEN_ADDR"), defaultListenAddr), getenv("EVENTS_DESTINATION"), log, ready)
+	lease, err := relayLease(getenv("RELAY_LEASE"))
+	if err != nil {
+		return err
+	}
+	return serve(ctx, pool, cmp.Or(getenv("LISTEN_ADDR"), defaultListenAddr), getenv("EVENTS_DESTINATION"), lease, log, ready)
+}
+
+// relayLease parses RELAY_LEASE: how long the relay holds the rows it claims (and so how long
+// the rows of a relay that died holding them wait), "" for the outbox's default. The publish
+// timeout is half of it.
+func relayLease(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 2*time.Millisecond || d%time.Millisecond != 0 {
+		return 0, fmt.Errorf("RELAY_LEASE is %q: it must be a duration of whole milliseconds, such as 10s", v)
+	}
+	return d, nil
 }
 
 func appMigrator(pool *pgxpool.Pool) (*migrate.Migrator, error) {
@@ -150,7 +171,7 @@ func migrateApp(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	return mg.Up(ctx)
 }
 
-func serve(ctx context.Context, pool *pgxpool.Pool, addr, events string, log *slog.Logger, ready func(net.Addr)) error {
+func serve(ctx context.Context, pool *pgxpool.Pool, addr, events string, lease time.Duration, log *slog.Logger, ready func(net.Addr)) error {
 	if events == "" {
 		return errors.New("EVENTS_DESTINATION is not set: it names the SQS queue URL or SNS topic ARN that PaymentCaptured events go to")
 	}
@@ -185,7 +206,8 @@ func serve(ctx context.Context, pool *pgxpool.Pool, addr, events string, log *sl
 	// The relay runs in this process: it publishes the events that committed transactions
 	// wrote, and marks them sent. Several replicas may each run one; they never hold the same
 	// row at once.
-	relay, err := outbox.NewRelay(pool, &outbox.RelayConfig{SQS: sqs.NewFromConfig(awsCfg), SNS: sns.NewFromConfig(awsCfg), Logger: log})
+	relay, err := outbox.NewRelay(pool, &outbox.RelayConfig{SQS: sqs.NewFromConfig(awsCfg), SNS: sns.NewFromConfig(awsCfg), Logger: log,
+		Lease: lease, PublishTimeout: (lease / 2).Truncate(time.Millisecond)})
 	if err != nil {
 		return err
 	}
