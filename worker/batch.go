@@ -127,7 +127,7 @@ func (w *Worker) processBatch(bh BatchHandler, msgs []*Message, ok []bool) {
 // attach adds m to b with a context of its own, bound to its lease. It returns false when the
 // lease is already lost (m must then not run).
 func (w *Worker) attach(m *Message, b *Batch) bool {
-	ctx, cancel := context.WithCancelCause(w.workCtx)
+	ctx, cancel := context.WithCancelCause(w.workCtx) // Run adds the handler timeout
 	if err := m.lease.attach(cancel); err != nil {
 		cancel(nil)
 		return false
@@ -151,7 +151,14 @@ func (w *Worker) callBatch(bh BatchHandler, b *Batch) (results []error) {
 			}
 		}
 	}()
-	results = bh.HandleBatch(w.workCtx, b)
+	// The batch's own work (for the inbox: its claim, savepoints and COMMIT) is bounded as its
+	// messages' handlers are: each has HandlerTimeout, and they run one after another.
+	ctx, cancel := w.workCtx, context.CancelFunc(func() {})
+	if w.cfg.HandlerTimeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(w.workCtx, time.Duration(b.Len())*w.cfg.HandlerTimeout, ErrHandlerTimeout)
+	}
+	defer cancel()
+	results = bh.HandleBatch(ctx, b)
 	if len(results) != b.Len() {
 		err := fmt.Errorf("worker: HandleBatch returned %d results for %d messages", len(results), b.Len())
 		results = make([]error, b.Len())

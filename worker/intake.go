@@ -31,15 +31,25 @@ func (w *Worker) poll() {
 		if w.pause.active() {
 			// A probe: one message, once nothing else is outstanding, so that an outage burns
 			// few receive counts.
+			// The wait for the others is bounded, so that a handler stuck past it (or a slot
+			// held by a message that never settles) cannot stop the probes.
 			all := int64(w.cfg.capacity())
-			if w.slots.Acquire(ctx, all) != nil {
-				return
-			}
-			if !w.pause.active() {
+			actx, cancel := context.WithTimeout(ctx, probeQuiet)
+			err := w.slots.Acquire(actx, all)
+			cancel()
+			switch {
+			case err == nil && !w.pause.active():
 				w.slots.Release(all)
 				continue
+			case err == nil:
+				w.slots.Release(all - 1)
+			case ctx.Err() != nil:
+				return
+			default:
+				if w.slots.Acquire(ctx, 1) != nil {
+					return
+				}
 			}
-			w.slots.Release(all - 1)
 			n = 1
 		} else {
 			var err error

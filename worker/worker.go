@@ -29,6 +29,9 @@ const (
 	capMargin = 5 * time.Second
 	// gatherWait is how long a poller holding some free slots waits for more before it receives.
 	gatherWait = 5 * time.Millisecond
+	// probeQuiet is how long a probe during a pause waits for the messages outstanding to settle
+	// before it goes ahead anyway.
+	probeQuiet = 5 * time.Second
 	// receiveGrace is how long a stop lets a receive in flight finish before abandoning it.
 	receiveGrace = 2 * time.Second
 )
