@@ -258,3 +258,46 @@ func TestConfigBatchRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestPauseProbesPastAStuckHandlerFake: one handler is stuck (it holds its slot) when the
+// dependency goes down; the probes still run once the messages outstanding have had their
+// bounded time to settle, so the pause ends when the dependency is back and the rest of the
+// queue drains while the stuck handler still runs.
+func TestPauseProbesPastAStuckHandlerFake(t *testing.T) {
+	t.Parallel()
+	b := setupFake(t, sqsfake.QueueOptions{})
+	b.send(t, bodies(20, "m"))
+	release := make(chan struct{})
+	defer close(release)
+	var mu sync.Mutex
+	stuck, down, done := "", true, map[string]bool{}
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 2, Prefetch: 2,
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			mu.Lock()
+			if stuck == "" {
+				stuck = string(m.Body)
+				mu.Unlock()
+				<-release
+				return nil
+			}
+			if down {
+				mu.Unlock()
+				return worker.Unavailable(errors.New("database down"))
+			}
+			done[string(m.Body)] = true
+			mu.Unlock()
+			return nil
+		})})
+	sqstest.WaitFor(t, 20*time.Second, "the worker paused", func() (bool, string) { return w.State().Paused, "" })
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	sqstest.WaitFor(t, 60*time.Second, "the other 19 messages processed while one handler is stuck", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == 19, fmt.Sprintf("%d done, paused %v", len(done), w.State().Paused)
+	})
+	release <- struct{}{}
+	b.waitDeleted(t, 30*time.Second)
+	workertest.Stop(t, w)
+}
