@@ -394,7 +394,9 @@ func TestTraceHeaders(t *testing.T) {
 	for _, tc := range cases {
 		before := maps.Clone(tc.attrs)
 		out, extra, left, why := traceHeaders(tc.attrs, headers, tc.room)
-		same := func(a, b types.MessageAttributeValue) bool { return aws.ToString(a.StringValue) == aws.ToString(b.StringValue) }
+		same := func(a, b types.MessageAttributeValue) bool {
+			return aws.ToString(a.StringValue) == aws.ToString(b.StringValue)
+		}
 		if !maps.EqualFunc(tc.attrs, before, same) {
 			t.Errorf("%s: the message's own attributes changed", tc.name)
 		}
