@@ -119,9 +119,12 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		d = w.cfg.Backoff(m.ReceiveCount)
 	}
 	if errors.As(err, &unavail) {
-		// Keep the message away at least as long as the pause, so that the next probe is
-		// another message and no single one runs up its receive count.
-		d = max(d, w.pause.fail(w.log, err))
+		// Keep the message away past the next pause too (pauses grow about twofold), so that the
+		// next probe is another message and no single one runs up its receive count: kept away
+		// only as long as this pause, a failed probe came back just as the next probe was made,
+		// and on a server that returns the oldest visible message first (GoAws) it was probed
+		// again and again (postgres-restart once dead-lettered a message so, maxReceiveCount 10).
+		d = max(d, 3*w.pause.fail(w.log, err)+time.Second)
 	}
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
