@@ -313,6 +313,9 @@ func runVisibilityExpires(ctx context.Context, e *Env, s Size) (*Report, error) 
 	// out; a batch of such handlers would hold its claims for the sum of their times, longer than
 	// the second consumer's claim waits (the README says to batch slow handlers by 1).
 	a.HandlerBatch = 1
+	// No prefetch: with free slots, this worker would receive its own expired messages again and
+	// hold them, and the second consumer would get none.
+	a.Prefetch = -1
 	a.Wrap = func(next Client) Client { return blockHeartbeats{next} }
 	wa, err := set.start(ctx, a)
 	if err != nil {
