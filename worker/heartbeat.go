@@ -45,11 +45,12 @@ type heartbeat struct {
 const heartbeatRetry = time.Second
 
 // startHeartbeat starts the lease of a message just received, extending it by vis every third
-// of vis.
+// of vis, and sets m.lease to it.
 func startHeartbeat(sw *sqsWriter, m *Message, vis time.Duration, now func() time.Time, maxHold time.Duration) *heartbeat {
 	h := &heartbeat{sw: sw, m: m, vis: vis, now: now, interval: max(vis/3, 100*time.Millisecond),
 		maxHold: maxHold, heldSince: time.Now()}
 	h.leaseUntil = m.Received.Add(vis)
+	m.lease = h // before the timer starts: beat reads it (a release stops the lease)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.interval, h.beat)
 	h.mu.Unlock()

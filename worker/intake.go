@@ -141,7 +141,7 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 	for i := range received {
 		m := newMessage(&received[i], requested)
 		m.refused = UnwrapSNS(m, w.cfg.SNS)
-		m.lease = startHeartbeat(w.sw, m, w.vis, w.now, w.cfg.MaxHold)
+		startHeartbeat(w.sw, m, w.vis, w.now, w.cfg.MaxHold)
 		msgs = append(msgs, m)
 	}
 	w.metrics.Add(Received, len(msgs))
