@@ -86,6 +86,9 @@ func runFIFO(ctx context.Context, e *Env, s Size, name string, control bool) (*R
 		cfgs[i].JitterDelay = 200 * time.Millisecond
 		if control {
 			cfgs[i].Mode = ModeAckBeforeCommit // CrashAt 0: it never kills itself
+			// One message per transaction and no prefetch, as the control was written: batched,
+			// its early acks lose whole batches at a kill, and the run never reaches its effects.
+			cfgs[i].HandlerBatch, cfgs[i].Prefetch = 1, -1
 		}
 		if err := start(i, fmt.Sprintf("w%d", i)); err != nil {
 			return nil, err
