@@ -264,7 +264,7 @@ func (w *Worker) runner() {
 	)
 	for {
 		var open bool
-		buf, carry, open = w.gather(buf[:0], carry, &timer)
+		buf, carry, open = w.gather(buf[:0], n, carry, &timer)
 		if len(buf) == 0 && !open {
 			return
 		}
@@ -284,18 +284,19 @@ func (w *Worker) runner() {
 			carry = carry[:0]
 			continue
 		}
+		run := buf
 		if w.pause.active() {
-			buf = w.holdBack(buf)
+			run = w.holdBack(buf) // a new slice: buf keeps its capacity of n
 		}
-		ok = ok[:len(buf)]
+		ok = ok[:len(run)]
 		if bh != nil && n > 1 {
-			w.processBatch(bh, buf, ok)
+			w.processBatch(bh, run, ok)
 		} else {
-			for i, m := range buf {
+			for i, m := range run {
 				ok[i] = w.process(m)
 			}
 		}
-		for i, m := range buf {
+		for i, m := range run {
 			w.slots.Release(1)
 			if !ok[i] && m.group != nil {
 				// Later messages of the group must not overtake the one not done.
@@ -312,11 +313,10 @@ func (w *Worker) runner() {
 	}
 }
 
-// gather fills buf with up to HandlerBatch messages: first from the groups it carries, then from
-// the ready queue (waiting for the first one, then up to Linger for more). It reports whether the
-// ready queue is still open.
-func (w *Worker) gather(buf []*Message, carry []*group, timer **time.Timer) ([]*Message, []*group, bool) {
-	n := cap(buf)
+// gather fills buf with up to n messages: first from the groups it carries, then from the ready
+// queue (waiting for the first one, then up to Linger for more). It reports whether the ready
+// queue is still open.
+func (w *Worker) gather(buf []*Message, n int, carry []*group, timer **time.Timer) ([]*Message, []*group, bool) {
 	for _, g := range carry {
 		if len(buf) == n {
 			return buf, carry, true
