@@ -138,8 +138,10 @@ type item struct {
 // its turn is covered as a running one is.
 func (w *Worker) dispatch(received []types.Message, slots int, requested time.Time) {
 	msgs := make([]*Message, 0, len(received))
+	arrived := time.Now()
 	for i := range received {
 		m := newMessage(&received[i], requested)
+		m.arrived = arrived
 		m.refused = UnwrapSNS(m, w.cfg.SNS)
 		startHeartbeat(w.sw, m, w.vis, w.now, w.cfg.MaxHold)
 		msgs = append(msgs, m)
@@ -273,7 +275,7 @@ func (w *Worker) runner() {
 		}
 		now := time.Now()
 		for _, m := range buf {
-			w.metrics.Observe(HeldWait, now.Sub(m.Received))
+			w.metrics.Observe(HeldWait, now.Sub(m.arrived))
 		}
 		w.held.Add(-int64(len(buf)))
 		if w.stopping.Load() {

@@ -41,6 +41,7 @@ type Message struct {
 	SNS *SNSNotification
 
 	lease   *heartbeat // keeps the message invisible from its receive until it is settled or released
+	arrived time.Time  // when the ReceiveMessage call that returned it came back (HeldWait counts from here)
 	refused error      // why the message cannot reach its handler (a malformed SNS envelope), or nil
 	group   *group     // on a FIFO queue, the messages of its group from the same receive
 }

@@ -63,8 +63,8 @@ const (
 	HandlerDuration Histogram = "handler_duration"
 	// CommitToDelete observes the time from a handler's success to the delete's confirmation.
 	CommitToDelete Histogram = "commit_to_delete"
-	// HeldWait observes how long each message waited, from its receive, before its handler
-	// started (prefetched messages wait for a free handler; a batch's for the messages before
+	// HeldWait observes how long each message waited, from the return of the receive that
+	// brought it (a long poll's wait is not counted), before its handler started (prefetched messages wait for a free handler; a batch's for the messages before
 	// them).
 	HeldWait Histogram = "held_wait"
 )
