@@ -201,18 +201,14 @@ func (w *Worker) releasePending() {
 
 // group is the messages of one FIFO group from one receive, not yet started.
 type group struct {
-	mu       sync.Mutex
-	rest     []*Message
-	released bool
+	mu   sync.Mutex
+	rest []*Message // emptied for good by take
 }
 
 // next removes and returns up to n messages from the front of the group.
 func (g *group) next(n int, out []*Message) []*Message {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.released {
-		return out
-	}
 	k := min(n, len(g.rest))
 	out = append(out, g.rest[:k]...)
 	g.rest = g.rest[k:]
@@ -231,7 +227,7 @@ func (g *group) take() []*Message {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	rest := g.rest
-	g.rest, g.released = nil, true
+	g.rest = nil
 	return rest
 }
 
