@@ -301,3 +301,73 @@ func TestPauseProbesPastAStuckHandlerFake(t *testing.T) {
 	b.waitDeleted(t, 30*time.Second)
 	workertest.Stop(t, w)
 }
+
+// TestBatchSizeAfterAPauseFake: a pause releases the held messages received before it, which can
+// empty a runner's whole batch; the batches after the pause must still fill up to HandlerBatch.
+// (The runner once took its buffer's capacity as the batch size: a batch emptied by the pause
+// left batches of one for good, and a batch of 9 or 10 kept through it panicked the runner.)
+func TestBatchSizeAfterAPauseFake(t *testing.T) {
+	t.Parallel()
+	for _, fifo := range []bool{false, true} {
+		t.Run(map[bool]string{false: "standard", true: "fifo"}[fifo], func(t *testing.T) {
+			t.Parallel()
+			testBatchSizeAfterAPause(t, fifo)
+		})
+	}
+}
+
+func testBatchSizeAfterAPause(t *testing.T, fifo bool) {
+	o, msgs := sqsfake.QueueOptions{}, bodies(60, "m")
+	if fifo {
+		// Six groups of ten: a receive brings several groups, a batch holds several.
+		o.Name = ".fifo"
+		for i := range msgs {
+			msgs[i].GroupID = fmt.Sprint("g", i%6)
+		}
+	}
+	b := setupFake(t, o)
+	b.send(t, msgs)
+	var (
+		mu     sync.Mutex
+		failed bool
+		after  []int // sizes of the batches after the failed one
+	)
+	h := batchFunc(func(ctx context.Context, bt *worker.Batch) []error {
+		res := make([]error, bt.Len())
+		mu.Lock()
+		first := !failed
+		failed = true
+		if !first {
+			after = append(after, bt.Len())
+		}
+		mu.Unlock()
+		for i := range bt.Len() {
+			if first {
+				res[i] = worker.Unavailable(errors.New("database down"))
+				continue
+			}
+			res[i] = bt.Run(bt.Context(i), i, func(context.Context) error { return nil })
+		}
+		return res
+	})
+	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 1, Handler: h})
+	b.waitDeleted(t, 60*time.Second)
+	workertest.Stop(t, w)
+	mu.Lock()
+	defer mu.Unlock()
+	if !failed || len(after) == 0 || slices.Max(after) < 2 {
+		t.Fatalf("batch sizes after the pause %v: want batches of more than one", after)
+	}
+	if slices.Max(after) > 10 {
+		t.Fatalf("batch sizes after the pause %v: want at most HandlerBatch (10)", after)
+	}
+}
+
+// batchFunc is a BatchHandler made of a function.
+type batchFunc func(ctx context.Context, b *worker.Batch) []error
+
+func (f batchFunc) Handle(context.Context, *worker.Message) error {
+	return errors.New("Handle called on a batch handler")
+}
+
+func (f batchFunc) HandleBatch(ctx context.Context, b *worker.Batch) []error { return f(ctx, b) }
