@@ -332,7 +332,7 @@ func testBatchSizeAfterAPause(t *testing.T, fifo bool) {
 		failed bool
 		after  []int // sizes of the batches after the failed one
 	)
-	h := batchFunc(func(ctx context.Context, bt *worker.Batch) []error {
+	h := &funcBatch{fn: func(ctx context.Context, bt *worker.Batch) []error {
 		res := make([]error, bt.Len())
 		mu.Lock()
 		first := !failed
@@ -349,7 +349,7 @@ func testBatchSizeAfterAPause(t *testing.T, fifo bool) {
 			res[i] = bt.Run(bt.Context(i), i, func(context.Context) error { return nil })
 		}
 		return res
-	})
+	}}
 	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 1, Handler: h})
 	b.waitDeleted(t, 60*time.Second)
 	workertest.Stop(t, w)
@@ -363,11 +363,15 @@ func testBatchSizeAfterAPause(t *testing.T, fifo bool) {
 	}
 }
 
-// batchFunc is a BatchHandler made of a function.
-type batchFunc func(ctx context.Context, b *worker.Batch) []error
-
-func (f batchFunc) Handle(context.Context, *worker.Message) error {
-	return errors.New("Handle called on a batch handler")
+// TestDefaultPollers: the default pollers keep about four full receives of running messages each,
+// plus one, up to DefaultMaxPollers; a Config with Pollers 0 gets them.
+func TestDefaultPollers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ c, n, b, want int }{
+		{8, 10, 10, 3}, {2, 10, 10, 2}, {4, 1, 10, 2}, {1, 1, 1, 2}, {10, 1, 1, 4}, {64, 20, 10, worker.DefaultMaxPollers},
+	} {
+		if got := worker.DefaultPollers(tc.c, tc.n, tc.b); got != tc.want {
+			t.Errorf("DefaultPollers(%d, %d, %d) = %d, want %d", tc.c, tc.n, tc.b, got, tc.want)
+		}
+	}
 }
-
-func (f batchFunc) HandleBatch(ctx context.Context, b *worker.Batch) []error { return f(ctx, b) }

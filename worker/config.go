@@ -64,6 +64,16 @@ const MaxHandlerBatch = 20
 // pollerShare is how many full receives of running messages one default poller serves.
 const pollerShare = 4
 
+// DefaultPollers is the number of pollers a Config with Pollers 0 gets for these settings (all
+// positive): Concurrency × HandlerBatch / (4 × BatchSize) rounded up, plus one, at most
+// DefaultMaxPollers. With the prefetch, pollers only keep the held messages topped up; more of
+// them split the slots a batch frees into partial receives (more calls and allocations per
+// message).
+func DefaultPollers(concurrency, handlerBatch, batchSize int) int {
+	running, perPoller := concurrency*handlerBatch, pollerShare*batchSize
+	return min((running+perPoller-1)/perPoller+1, DefaultMaxPollers)
+}
+
 // maxLinger bounds Config.Linger: a batch exists to save work under load, not to add latency.
 const maxLinger = 100 * time.Millisecond
 
@@ -192,12 +202,8 @@ func (c *Config) setDefaults() {
 	c.Linger = cmp.Or(c.Linger, DefaultLinger)
 	c.MaxHold = cmp.Or(c.MaxHold, DefaultMaxHold)
 	if c.BatchSize > 0 && c.Concurrency > 0 && c.HandlerBatch > 0 {
-		running := c.Concurrency * c.HandlerBatch
-		// With the prefetch, pollers only keep the held messages topped up; more of them split
-		// the slots a batch frees into partial receives (more calls and allocations per message).
-		perPoller := pollerShare * c.BatchSize
-		c.Pollers = cmp.Or(c.Pollers, min((running+perPoller-1)/perPoller+1, DefaultMaxPollers))
-		c.Prefetch = cmp.Or(c.Prefetch, running)
+		c.Pollers = cmp.Or(c.Pollers, DefaultPollers(c.Concurrency, c.HandlerBatch, c.BatchSize))
+		c.Prefetch = cmp.Or(c.Prefetch, c.Concurrency*c.HandlerBatch)
 	}
 	c.WaitTime = cmp.Or(c.WaitTime, DefaultWaitTime)
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)

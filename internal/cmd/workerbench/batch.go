@@ -114,7 +114,7 @@ func (o workerOpts) effective() workerOpts {
 		o.prefetch = running
 	}
 	if o.pollers == 0 {
-		o.pollers = min((running+worker.DefaultBatchSize-1)/worker.DefaultBatchSize+1, worker.DefaultMaxPollers)
+		o.pollers = worker.DefaultPollers(o.c, max(o.batch, 1), worker.DefaultBatchSize)
 	}
 	if o.linger == 0 {
 		o.linger = worker.DefaultLinger
