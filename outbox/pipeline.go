@@ -38,6 +38,7 @@ type outcome struct {
 	sent, unsent []int64
 	failed       []int64
 	failedErrs   []string
+	fifo         bool // the job had FIFO rows: once marked, the next row of their groups may be claimable
 }
 
 // marks are the outcomes the feeder has not written yet: ids with the token of their claim.
@@ -114,6 +115,12 @@ func (rl *Relay) feeder() {
 		case o := <-rl.results:
 			m.add(o)
 			inflight--
+			if o.fifo && len(o.sent)+len(o.unsent) > 0 {
+				// A group's head was published (or let go): its next row becomes claimable
+				// once this mark is written, so the mark rides with a claim at once, not
+				// after PollInterval (a FIFO group otherwise moved one row per poll).
+				hungry = true
+			}
 		case <-rl.wake:
 			hungry = true
 		case <-poll.C:
@@ -134,6 +141,9 @@ func (rl *Relay) publisher() {
 
 func (rl *Relay) publishJob(j *job) outcome {
 	o := outcome{token: j.token}
+	for _, r := range j.rows {
+		o.fifo = o.fifo || r.fifo
+	}
 	ctx := rl.workCtx
 	if rl.stopCtx.Err() != nil || !time.Now().Before(j.deadline) {
 		for _, r := range j.rows {

@@ -500,3 +500,34 @@ func TestStopAndCancel(t *testing.T) {
 	receiveDistinct(t, q.URL, 30)
 	empty(t, q.URL)
 }
+
+// TestFIFOGroupMovesWithoutPolling: the rows of one FIFO group are published one after the
+// other without waiting for the poll: each head's mark rides with the claim of the next row.
+// With PollInterval an hour, a relay that waited for the poll between two rows of a group stops
+// after the first (it did: one FIFO group moved one row per PollInterval). fauxqs.
+func TestFIFOGroupMovesWithoutPolling(t *testing.T) {
+	t.Parallel()
+	skipGoAws(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox", FIFO: true})
+	rl := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Hour})
+	var msgs []outbox.Message
+	for i := range 20 {
+		msgs = append(msgs, outbox.Message{Destination: q.URL, GroupID: "g", Body: fmt.Sprint("m", i)})
+	}
+	b.add(t, msgs...) // one transaction: one NOTIFY wakes the relay
+	sqstest.WaitFor(t, waitLong, "the group's 20 rows published", func() (bool, string) {
+		return rl.Stats().Published == 20, fmt.Sprint(rl.Stats().Published, " published")
+	})
+	var order []string
+	for _, m := range receive(t, q.URL, 20) {
+		order = append(order, aws.ToString(m.Body))
+	}
+	var want []string
+	for i := range 20 {
+		want = append(want, fmt.Sprint("m", i))
+	}
+	if !slices.Equal(order, want) {
+		t.Fatalf("arrived as %v; want %v", order, want)
+	}
+}
