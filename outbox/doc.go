@@ -71,5 +71,7 @@
 // a group's head may be claimed: a row whose group has an earlier unsent row (in flight, backing
 // off, or parked) waits. So one message per group is in flight at a time, and a failed entry
 // never lets a later one of its group pass it: a parked head stops its group until it is
-// re-queued. Groups go in parallel.
+// re-queued. Groups go in parallel. The mark of a group's head rides with the claim of its next
+// row, so one group moves one row per publish and one PostgreSQL round trip (about 200 rows/s on
+// a small machine): spread ordered events over many groups where the order allows it.
 package outbox
