@@ -35,8 +35,8 @@ func BenchmarkRelayFIFO(b *testing.B) {
 				side(b, bn, q.URL, n, sw)
 				return benchSide{rate: float64(n) / sw.took.Seconds()}
 			}
-			raw := fifoQueue(b, bn, n, rawFIFOSide(groups))
-			relay := fifoQueue(b, bn, n, relayFIFOSide(groups))
+			raw := fifoQueue(b, bn, n, rawGroupsSide(groups))
+			relay := fifoQueue(b, bn, n, relayGroupsSide(groups))
 			ratio := relay.rate / raw.rate
 			fmt.Printf("FIFO, %d groups: relay %.0f msgs/s, raw SendMessageBatch %.0f msgs/s, %d senders each: ratio %.2f\n",
 				groups, relay.rate, raw.rate, benchSenders, ratio)
@@ -45,12 +45,18 @@ func BenchmarkRelayFIFO(b *testing.B) {
 	}
 }
 
-// fifoGroup is the group of the j-th message of a run over groups groups.
-func fifoGroup(j, groups int) string { return "g" + strconv.Itoa(j%groups) }
+// fifoGroup is the group of the j-th message of a run over groups groups, or empty for none.
+func fifoGroup(j, groups int) string {
+	if groups == 0 {
+		return ""
+	}
+	return "g" + strconv.Itoa(j%groups)
+}
 
-// relayFIFOSide commits n rows spread over groups groups, then times a relay from Start until
-// all are marked sent; the table is emptied afterwards.
-func relayFIFOSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch) {
+// relayGroupsSide commits n rows spread over groups groups (0: no group, a standard queue), then
+// times a relay from Start until all are marked sent. The table is emptied afterwards, so that
+// every round starts alike.
+func relayGroupsSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch) {
 	return func(b *testing.B, bn *bundle, url string, n int, sw *stopwatch) {
 		msgs := make([]outbox.Message, 0, 100)
 		for j := range n {
@@ -85,10 +91,10 @@ func relayFIFOSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch
 	}
 }
 
-// rawFIFOSide sends n messages spread over groups groups with benchSenders goroutines of
-// SendMessageBatch calls of ten consecutive messages (no order kept between senders), and times
-// them.
-func rawFIFOSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch) {
+// rawGroupsSide sends n messages spread over groups groups (0: none) with benchSenders goroutines
+// of SendMessageBatch calls of ten consecutive messages, each entry with an event_id attribute as
+// the relay's (no order kept between senders), and times them.
+func rawGroupsSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch) {
 	return func(b *testing.B, _ *bundle, url string, n int, sw *stopwatch) {
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -105,8 +111,10 @@ func rawFIFOSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch) 
 					for k := range entries {
 						id := strconv.Itoa(start + k)
 						entries[k] = sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k)), MessageBody: aws.String("raw " + id),
-							MessageGroupId: aws.String(fifoGroup(start+k, groups)), MessageDeduplicationId: aws.String(id),
 							MessageAttributes: map[string]sqstypes.MessageAttributeValue{"event_id": {DataType: aws.String("String"), StringValue: aws.String(id)}}}
+						if groups > 0 {
+							entries[k].MessageGroupId, entries[k].MessageDeduplicationId = aws.String(fifoGroup(start+k, groups)), aws.String(id)
+						}
 					}
 					out, err := c.SendMessageBatch(b.Context(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}, worker.PlainRequestBodies)
 					if err != nil || len(out.Failed) > 0 {

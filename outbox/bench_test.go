@@ -1,25 +1,18 @@
 package outbox_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
-	"github.com/sqsinbox/sqsinbox/worker"
 )
 
 const benchSenders = 4
@@ -106,71 +99,9 @@ func (sw *stopwatch) stop() {
 	sw.ok = sw.ok && ok
 }
 
-// relaySide commits n rows for url, then times a relay from Start until all are marked sent.
-// The table is emptied afterwards, so that every round starts alike.
-func relaySide(b *testing.B, bn *bundle, url string, n int, sw *stopwatch) {
-	msgs := make([]outbox.Message, 0, 100)
-	for j := range n {
-		msgs = append(msgs, outbox.Message{Destination: url, Body: "event " + strconv.Itoa(j)})
-		if len(msgs) == cap(msgs) || j == n-1 {
-			bn.add(b, msgs...)
-			msgs = msgs[:0]
-		}
-	}
-	rl, err := outbox.NewRelay(bn.pool, &outbox.RelayConfig{Schema: bn.schema, SQS: srv.Client(), Senders: benchSenders})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sw.start()
-	if err := rl.Start(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for rl.Stats().Published < int64(n) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // measuring, not synchronising: the count is checked below
-	}
-	sw.stop()
-	if err := rl.Stop(context.WithoutCancel(b.Context())); err != nil {
-		b.Fatal(err)
-	}
-	if got := rl.Stats().Published; got != int64(n) {
-		b.Fatalf("relay published %d of %d", got, n)
-	}
-	if _, err := bn.pool.Exec(b.Context(), "TRUNCATE "+bn.schema+".outbox_messages"); err != nil {
-		b.Fatal(err)
-	}
-}
-
-// rawSide sends n messages to url with benchSenders goroutines of SendMessageBatch calls of
-// ten, each entry with an event_id attribute as the relay's, and times them.
-func rawSide(b *testing.B, _ *bundle, url string, n int, sw *stopwatch) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	c := srv.Client()
-	sw.start()
-	for range benchSenders {
-		wg.Go(func() {
-			for {
-				start := next.Add(10) - 10
-				if start >= int64(n) {
-					return
-				}
-				entries := make([]sqstypes.SendMessageBatchRequestEntry, min(10, n-int(start)))
-				for k := range entries {
-					entries[k] = sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k)), MessageBody: aws.String("raw " + strconv.Itoa(int(start)+k)),
-						MessageAttributes: map[string]sqstypes.MessageAttributeValue{"event_id": {DataType: aws.String("String"), StringValue: aws.String(strconv.Itoa(int(start) + k))}}}
-				}
-				out, err := c.SendMessageBatch(b.Context(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}, worker.PlainRequestBodies)
-				if err != nil || len(out.Failed) > 0 {
-					b.Errorf("raw send: %v %v", err, out)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	sw.stop()
-}
+// relaySide and rawSide are the two sides on a standard queue (see relayGroupsSide and
+// rawGroupsSide in bench_fifo_test.go).
+var relaySide, rawSide = relayGroupsSide(0), rawGroupsSide(0)
 
 // cpuPerMessage is CPU time in microseconds per message, where ok.
 type cpuPerMessage struct {
