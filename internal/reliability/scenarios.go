@@ -339,12 +339,17 @@ func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 		if err := r.WaitEffects(ctx, s.Messages*(round+1)/5, s.Wait()); err != nil {
 			return nil, err
 		}
-		p := procs[round%len(procs)]
-		if err := p.Signal(syscall.SIGSTOP); err != nil {
+		// Stop a process that holds messages: with batches and a prefetch, one worker can take
+		// the whole backlog, and stopping the idle one hit nothing (CI once failed so).
+		p, err := r.stopHolding(ctx, procs, round, s.Messages, s.Wait())
+		if err != nil {
 			return nil, err
 		}
+		if p == nil {
+			break // every event applied: no work left to stop
+		}
 		stops++
-		err := sleep(ctx, 2*vis+time.Second)
+		err = sleep(ctx, 2*vis+time.Second)
 		if cerr := p.Signal(syscall.SIGCONT); cerr != nil {
 			return nil, cerr
 		}
@@ -364,6 +369,62 @@ func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 	checks = append(checks, r.termAll(time.Minute)...)
 	rep, err := r.finish(ctx, prod, len(procs), checks, []string{fmt.Sprintf("%d SIGSTOPs of %v", stops, 2*vis+time.Second)})
 	return requireRedelivery(rep, err)
+}
+
+// stopHolding SIGSTOPs a process of procs (trying procs[first] first) that holds messages it has
+// received and not yet settled, by its delete log, and returns it stopped. It returns nil once
+// all events are applied with none held.
+func (r *Run) stopHolding(ctx context.Context, procs []*Proc, first, events int, timeout time.Duration) (*Proc, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		recs, err := ReadDeleteLogs(r.AuditDir)
+		if err != nil {
+			return nil, err
+		}
+		for k := range procs {
+			p := procs[(first+k)%len(procs)]
+			if unsettled(recs, p.Cfg.ID) == 0 {
+				continue
+			}
+			if err := p.Signal(syscall.SIGSTOP); err != nil {
+				return nil, err
+			}
+			// Stopped, its log stands still: does it still hold some?
+			if recs, err = ReadDeleteLogs(r.AuditDir); err != nil {
+				return nil, err
+			}
+			if unsettled(recs, p.Cfg.ID) > 0 {
+				return p, nil
+			}
+			if err := p.Signal(syscall.SIGCONT); err != nil {
+				return nil, err
+			}
+		}
+		if n, err := r.Effects(ctx); err == nil && n >= events {
+			return nil, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("reliability: no worker held a message within %v", timeout)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// unsettled counts the messages worker received and has not tried to delete, in recs.
+func unsettled(recs []DeleteRecord, worker string) int {
+	n := 0
+	for _, rec := range recs {
+		switch {
+		case rec.Worker != worker:
+		case rec.Status == Received:
+			n++
+		default:
+			n--
+		}
+	}
+	return n
 }
 
 // ErrSharedServer is returned by scenarios that restart PostgreSQL when no throwaway cluster of
