@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,21 +19,44 @@ import (
 //
 // When an SNS topic delivers to an SQS queue without raw message delivery, SNS wraps each message
 // in a JSON envelope: the published body is the envelope's "Message" string, and the published
-// message attributes are the envelope's "MessageAttributes", not SQS message attributes. Unwrapped,
-// the handler (and the inbox's key, the "event_id" attribute or the body's "id") sees the message
-// as it was published, whichever way the subscription delivers.
+// message attributes are the envelope's "MessageAttributes". SNS puts no SQS message attributes
+// on such a delivery (as the AWS documentation says, and as GoAws and fauxqs do). Unwrapped, the
+// handler (and the inbox's key, the "event_id" attribute or the body's "id") sees the message as
+// it was published, whichever way the subscription delivers.
+//
+// A message that carries SQS message attributes of its own is therefore not an enveloped SNS
+// delivery, whatever its body looks like, and an envelope's attributes never replace the SQS
+// message's, in any mode. Otherwise a producer that relays user-supplied content as a body, and
+// sets its own "event_id" attribute (the outbox and `sqsinbox send` do), could be made to send a
+// body shaped like an envelope that names another event's id: that event's real message would
+// then be deleted as a duplicate and never applied.
+//
+// What stays exposed: a message without SQS attributes is keyed by its body. If its body is
+// itself an envelope, [SNSAuto] unwraps it, and the key is the inner "Message"'s "id" or the
+// envelope's own "event_id", both chosen by whoever wrote the body. A producer that keys events
+// by the body's "id" and sends user-supplied bodies without an "event_id" attribute is open to
+// that. Set the "event_id" attribute on every send; use [SNSRaw] on a queue with no SNS
+// subscription (or only raw-delivery ones), and [SNSEnvelope] on a queue fed only by SNS.
 type SNSMode int
 
 const (
 	// SNSAuto unwraps a body that is an SNS envelope (a JSON object whose "Type" and "TopicArn"
-	// are strings) and leaves any other body as it is. A body that has those two fields but is
-	// not a well-formed notification fails (retry, then the DLQ). It is the default.
+	// are strings) on a message without SQS message attributes, and leaves any other message as
+	// it is: a body shaped like an envelope on a message with SQS attributes is a raw body, and
+	// those attributes decide its key. A message without SQS attributes whose body has "Type"
+	// and "TopicArn" but is not a well-formed notification fails (retry, then the DLQ). It is
+	// the default.
 	SNSAuto SNSMode = iota
 	// SNSRaw never unwraps: the subscriptions use raw message delivery, or the queue gets no SNS
 	// traffic. A raw JSON body that happens to hold "Type" and "TopicArn" is then not misread.
 	SNSRaw
-	// SNSEnvelope requires every message to be an SNS notification envelope; any other body fails
-	// (retry, then the DLQ).
+	// SNSEnvelope requires every message to be an SNS notification envelope as SNS delivers it,
+	// with no SQS message attributes; any other message fails (retry, then the DLQ). A message
+	// with SQS attributes is refused even when its body is an envelope: SNS never sends one, so
+	// it was sent to the queue another way (or through a raw-delivery subscription), and neither
+	// its attributes nor the envelope's can be trusted to be the published ones. Refused, it
+	// reaches the DLQ, where an operator sees it, rather than being processed under a key that
+	// mixes two sources.
 	SNSEnvelope
 )
 
@@ -94,13 +119,23 @@ type snsAttributeJSON struct {
 
 var topicArnField = []byte(`"TopicArn"`)
 
-// UnwrapSNS applies mode to m as the worker does before a handler sees it (Config.SNS): when the
-// body is an SNS notification envelope, it replaces m's body and attributes with the published
-// ones and fills m.SNS. It returns an error wrapping [ErrSNSEnvelope] or [ErrSNSNotNotification]
-// for a body it must refuse, and then leaves m as it was. Tools that read a queue the worker
+// UnwrapSNS applies mode to m as the worker does before a handler sees it (Config.SNS): when m
+// has no SQS message attributes and its body is an SNS notification envelope, it replaces m's
+// body and attributes with the published ones and fills m.SNS. A message with SQS message
+// attributes is never unwrapped: [SNSAuto] leaves it as it is and [SNSEnvelope] refuses it (see
+// [SNSMode] for why). It returns an error wrapping [ErrSNSEnvelope] or [ErrSNSNotNotification]
+// for a message it must refuse, and then leaves m as it was. Tools that read a queue the worker
 // serves (an audit, a redrive) use it to see messages as the handler does.
 func UnwrapSNS(m *Message, mode SNSMode) error {
 	if mode == SNSRaw {
+		return nil
+	}
+	if len(m.Attributes) > 0 {
+		// SNS sets no SQS attributes on an enveloped delivery: this message came another way.
+		if mode == SNSEnvelope {
+			return fmt.Errorf("%w: the message has SQS message attributes (%s), which SNS never sets on an enveloped delivery (Config.SNS is SNSEnvelope)",
+				ErrSNSEnvelope, strings.Join(slices.Sorted(maps.Keys(m.Attributes)), ", "))
+		}
 		return nil
 	}
 	b := bytes.TrimSpace(m.Body)
@@ -149,16 +184,6 @@ func UnwrapSNS(m *Message, mode SNSMode) error {
 	attrs, err := snsAttributes(env.MessageAttributes)
 	if err != nil {
 		return err
-	}
-	// Attributes set on the SQS message itself (rare for an enveloped one) stay, unless the
-	// published message has one of the same name.
-	for k, v := range m.Attributes {
-		if _, ok := attrs[k]; !ok {
-			if attrs == nil {
-				attrs = map[string]types.MessageAttributeValue{}
-			}
-			attrs[k] = v
-		}
 	}
 	m.Body, m.Attributes, m.SNS = []byte(body), attrs, n
 	return nil

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,35 +65,32 @@ func TestUnwrapSNSModes(t *testing.T) {
 	t.Parallel()
 	notification := func(replace ...string) string { return strings.NewReplacer(replace...).Replace(envelope) }
 	for _, tc := range []struct {
-		name     string
-		body     string
-		mode     SNSMode
-		err      error // nil: accepted
-		unwraps  bool
-		sqsAttrs map[string]types.MessageAttributeValue
+		name    string
+		body    string
+		mode    SNSMode
+		err     error // nil: accepted
+		unwraps bool
 	}{
-		{"raw JSON, auto", `{"id":"evt_1"}`, SNSAuto, nil, false, nil},
-		{"not JSON, auto", `hello`, SNSAuto, nil, false, nil},
-		{"JSON array, auto", `[1,2]`, SNSAuto, nil, false, nil},
-		{"Type without TopicArn, auto", `{"Type":"Notification","id":"evt_1"}`, SNSAuto, nil, false, nil},
-		{"envelope, auto", envelope, SNSAuto, nil, true, nil},
-		{"envelope, raw mode", envelope, SNSRaw, nil, false, nil},
-		{"envelope, envelope mode", envelope, SNSEnvelope, nil, true, nil},
-		{"raw JSON, envelope mode", `{"id":"evt_1"}`, SNSEnvelope, ErrSNSEnvelope, false, nil},
-		{"not JSON, envelope mode", `hello`, SNSEnvelope, ErrSNSEnvelope, false, nil},
-		{"Message not a string", notification(`"Message" : "{\"id\":\"evt_9f3k\",\"order_id\":\"o-1\"}"`, `"Message" : {"id":"evt_9f3k"}`), SNSAuto, ErrSNSEnvelope, false, nil},
-		{"no Message", notification(`"Message" : "{\"id\":\"evt_9f3k\",\"order_id\":\"o-1\"}",`, ``), SNSAuto, ErrSNSEnvelope, false, nil},
-		{"subscription confirmation", notification(`"Type" : "Notification"`, `"Type" : "SubscriptionConfirmation"`), SNSAuto, ErrSNSNotNotification, false, nil},
-		{"unknown type", notification(`"Type" : "Notification"`, `"Type" : "Gossip"`), SNSAuto, ErrSNSNotNotification, false, nil},
-		{"TopicArn not an ARN", notification(`arn:aws:sns:us-east-1:000000000000:orders`, `orders`), SNSAuto, ErrSNSEnvelope, false, nil},
-		{"no MessageId", notification(`"MessageId" : "5b2c7e1e-0000-4000-8000-000000000001",`, ``), SNSAuto, ErrSNSEnvelope, false, nil},
-		{"bad timestamp", notification(`2026-12-01T14:02:11.123Z`, `yesterday`), SNSAuto, ErrSNSEnvelope, false, nil},
-		{"binary not base64", notification(`"AAEC"`, `"%%%"`), SNSAuto, ErrSNSEnvelope, false, nil},
-		{"unknown attribute type", notification(`{"Type":"Number","Value":"12.50"}`, `{"Type":"Date","Value":"x"}`), SNSAuto, ErrSNSEnvelope, false, nil},
-		{"SQS attribute kept beside the envelope's", envelope, SNSAuto, nil, true,
-			map[string]types.MessageAttributeValue{"traceparent": {DataType: aws.String("String"), StringValue: aws.String("00-x")}}},
+		{"raw JSON, auto", `{"id":"evt_1"}`, SNSAuto, nil, false},
+		{"not JSON, auto", `hello`, SNSAuto, nil, false},
+		{"JSON array, auto", `[1,2]`, SNSAuto, nil, false},
+		{"Type without TopicArn, auto", `{"Type":"Notification","id":"evt_1"}`, SNSAuto, nil, false},
+		{"envelope, auto", envelope, SNSAuto, nil, true},
+		{"envelope, raw mode", envelope, SNSRaw, nil, false},
+		{"envelope, envelope mode", envelope, SNSEnvelope, nil, true},
+		{"raw JSON, envelope mode", `{"id":"evt_1"}`, SNSEnvelope, ErrSNSEnvelope, false},
+		{"not JSON, envelope mode", `hello`, SNSEnvelope, ErrSNSEnvelope, false},
+		{"Message not a string", notification(`"Message" : "{\"id\":\"evt_9f3k\",\"order_id\":\"o-1\"}"`, `"Message" : {"id":"evt_9f3k"}`), SNSAuto, ErrSNSEnvelope, false},
+		{"no Message", notification(`"Message" : "{\"id\":\"evt_9f3k\",\"order_id\":\"o-1\"}",`, ``), SNSAuto, ErrSNSEnvelope, false},
+		{"subscription confirmation", notification(`"Type" : "Notification"`, `"Type" : "SubscriptionConfirmation"`), SNSAuto, ErrSNSNotNotification, false},
+		{"unknown type", notification(`"Type" : "Notification"`, `"Type" : "Gossip"`), SNSAuto, ErrSNSNotNotification, false},
+		{"TopicArn not an ARN", notification(`arn:aws:sns:us-east-1:000000000000:orders`, `orders`), SNSAuto, ErrSNSEnvelope, false},
+		{"no MessageId", notification(`"MessageId" : "5b2c7e1e-0000-4000-8000-000000000001",`, ``), SNSAuto, ErrSNSEnvelope, false},
+		{"bad timestamp", notification(`2026-12-01T14:02:11.123Z`, `yesterday`), SNSAuto, ErrSNSEnvelope, false},
+		{"binary not base64", notification(`"AAEC"`, `"%%%"`), SNSAuto, ErrSNSEnvelope, false},
+		{"unknown attribute type", notification(`{"Type":"Number","Value":"12.50"}`, `{"Type":"Date","Value":"x"}`), SNSAuto, ErrSNSEnvelope, false},
 	} {
-		m := &Message{Body: []byte(tc.body), Attributes: tc.sqsAttrs}
+		m := &Message{Body: []byte(tc.body)}
 		err := UnwrapSNS(m, tc.mode)
 		switch {
 		case tc.err == nil && err != nil:
@@ -103,21 +102,99 @@ func TestUnwrapSNSModes(t *testing.T) {
 		case !tc.unwraps && string(m.Body) != tc.body:
 			t.Errorf("%s: body changed to %s", tc.name, m.Body)
 		}
-		if tc.sqsAttrs != nil {
-			if v, _ := m.Attribute("traceparent"); v != "00-x" {
-				t.Errorf("%s: the SQS attribute was dropped: %v", tc.name, m.Attributes)
+	}
+}
+
+// victim is an envelope-shaped body naming the event evt_victim, in its MessageAttributes and in
+// its Message's id: what a producer relaying user-supplied content as a body may be made to send.
+var victim = strings.ReplaceAll(envelope, "evt_9f3k", "evt_victim")
+
+// sqsAttributeCases are messages that carry SQS message attributes of their own (or none), and
+// what UnwrapSNS must make of each. They seed FuzzUnwrapSNS.
+var sqsAttributeCases = []struct {
+	name     string
+	body     string
+	mode     SNSMode
+	sqsAttrs map[string]string // String SQS message attributes
+	err      error             // nil: accepted
+	unwraps  bool
+	eventID  string // the event_id attribute afterwards ("": none)
+}{
+	{"envelope body with an SQS event_id, auto: a raw body", victim, SNSAuto, map[string]string{"event_id": "evt_real"}, nil, false, "evt_real"},
+	{"envelope body with another SQS attribute, auto: a raw body", victim, SNSAuto, map[string]string{"traceparent": "00-x"}, nil, false, ""},
+	{"envelope body with an SQS event_id, raw mode", victim, SNSRaw, map[string]string{"event_id": "evt_real"}, nil, false, "evt_real"},
+	{"envelope body with an SQS event_id, envelope mode: refused", victim, SNSEnvelope, map[string]string{"event_id": "evt_real"}, ErrSNSEnvelope, false, "evt_real"},
+	{"envelope body with another SQS attribute, envelope mode: refused", victim, SNSEnvelope, map[string]string{"traceparent": "00-x"}, ErrSNSEnvelope, false, ""},
+	{"raw body with an SQS event_id, envelope mode", `{"id":"evt_1"}`, SNSEnvelope, map[string]string{"event_id": "evt_real"}, ErrSNSEnvelope, false, "evt_real"},
+	{"raw body with an SQS event_id, auto", `{"id":"evt_1"}`, SNSAuto, map[string]string{"event_id": "evt_real"}, nil, false, "evt_real"},
+	// As SNS delivers it: no SQS attributes, the published ones in the envelope.
+	{"envelope without SQS attributes, auto", victim, SNSAuto, nil, nil, true, "evt_victim"},
+	{"envelope without SQS attributes, envelope mode", victim, SNSEnvelope, nil, nil, true, "evt_victim"},
+	{"envelope with an empty SQS attribute map, auto", victim, SNSAuto, map[string]string{}, nil, true, "evt_victim"},
+}
+
+// TestUnwrapSNSKeepsSQSAttributes: an envelope's attributes never replace the SQS message's own,
+// in any mode. In SNSAuto a body shaped like an envelope on a message with SQS attributes is a
+// raw body (SNS puts none on an enveloped delivery); SNSEnvelope refuses such a message.
+func TestUnwrapSNSKeepsSQSAttributes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range sqsAttributeCases {
+		sqsAttrs := stringAttributes(tc.sqsAttrs)
+		m := &Message{Body: []byte(tc.body), Attributes: sqsAttrs}
+		err := UnwrapSNS(m, tc.mode)
+		switch {
+		case tc.err == nil && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.err != nil && !errors.Is(err, tc.err):
+			t.Errorf("%s: error %v, want %v", tc.name, err, tc.err)
+		}
+		if tc.unwraps != (m.SNS != nil) {
+			t.Errorf("%s: unwrapped %v, want %v", tc.name, m.SNS != nil, tc.unwraps)
+		}
+		if !tc.unwraps && string(m.Body) != tc.body {
+			t.Errorf("%s: body changed to %s", tc.name, m.Body)
+		}
+		if v, _ := m.Attribute("event_id"); v != tc.eventID {
+			t.Errorf("%s: event_id attribute %q, want %q", tc.name, v, tc.eventID)
+		}
+		for k, v := range tc.sqsAttrs {
+			if got, _ := m.Attribute(k); got != v {
+				t.Errorf("%s: SQS attribute %s is %q, want %q (attributes %v)", tc.name, k, got, v, slices.Sorted(maps.Keys(m.Attributes)))
 			}
+		}
+		if len(tc.sqsAttrs) > 0 && len(m.Attributes) != len(tc.sqsAttrs) {
+			t.Errorf("%s: %d attributes, want the %d SQS ones only", tc.name, len(m.Attributes), len(tc.sqsAttrs))
 		}
 	}
 }
 
+// stringAttributes makes SQS message attributes of String values; nil stays nil.
+func stringAttributes(in map[string]string) map[string]types.MessageAttributeValue {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]types.MessageAttributeValue, len(in))
+	for k, v := range in {
+		out[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	return out
+}
+
+// FuzzUnwrapSNS feeds UnwrapSNS any body in any mode, on a message with or without an SQS
+// event_id attribute (eventID, "" for none).
 func FuzzUnwrapSNS(f *testing.F) {
-	f.Add(envelope, 0)
-	f.Add(`{"Type":"Notification","TopicArn":"arn:x","MessageId":"1","Message":"x"}`, 2)
-	f.Add(`{"id":"evt_1"}`, 0)
-	f.Add(`{"Type":1,"TopicArn":null}`, 2)
-	f.Fuzz(func(t *testing.T, body string, mode int) {
+	f.Add(envelope, 0, "")
+	f.Add(`{"Type":"Notification","TopicArn":"arn:x","MessageId":"1","Message":"x"}`, 2, "")
+	f.Add(`{"id":"evt_1"}`, 0, "")
+	f.Add(`{"Type":1,"TopicArn":null}`, 2, "")
+	for _, tc := range sqsAttributeCases {
+		f.Add(tc.body, int(tc.mode), tc.sqsAttrs["event_id"])
+	}
+	f.Fuzz(func(t *testing.T, body string, mode int, eventID string) {
 		m := &Message{Body: []byte(body)}
+		if eventID != "" {
+			m.Attributes = stringAttributes(map[string]string{"event_id": eventID})
+		}
 		md := SNSMode(((mode % 3) + 3) % 3)
 		err := UnwrapSNS(m, md)
 		if err != nil && !errors.Is(err, ErrSNSEnvelope) && !errors.Is(err, ErrSNSNotNotification) {
@@ -131,6 +208,22 @@ func FuzzUnwrapSNS(f *testing.F) {
 		}
 		if md == SNSEnvelope && err == nil && m.SNS == nil {
 			t.Fatal("envelope mode accepted a body that is no envelope")
+		}
+		if eventID == "" {
+			return
+		}
+		// A message with SQS attributes of its own is never unwrapped: its event_id stays.
+		if v, _ := m.Attribute("event_id"); v != eventID || len(m.Attributes) != 1 {
+			t.Fatalf("the SQS event_id %q became %q (attributes %v)", eventID, v, slices.Sorted(maps.Keys(m.Attributes)))
+		}
+		if m.SNS != nil || string(m.Body) != body {
+			t.Fatal("a message with SQS attributes was unwrapped")
+		}
+		if md == SNSAuto && err != nil {
+			t.Fatalf("auto mode refused a message with SQS attributes: %v", err)
+		}
+		if md == SNSEnvelope && !errors.Is(err, ErrSNSEnvelope) {
+			t.Fatalf("envelope mode accepted a message with SQS attributes (error %v)", err)
 		}
 	})
 }

@@ -77,6 +77,22 @@ var snsQuirks = []quirk{
 		},
 	},
 	{
+		// worker.UnwrapSNS unwraps only a message without SQS message attributes: SNS puts the
+		// published attributes in the envelope, none on the SQS message.
+		name: "enveloped delivery has no SQS message attributes",
+		probe: func(t *testing.T) string {
+			f := newFanout(t, sqstest.TopicOptions{Prefix: "quirk-envsqs"}, sqstest.SubscribeOptions{})
+			f.publishAttrs(t, `{"id":"e1"}`, typedAttributes())
+			m := f.receive(t, 0)
+			return fmt.Sprintf("%d SQS message attributes %v", len(m.MessageAttributes), slices.Sorted(maps.Keys(m.MessageAttributes)))
+		},
+		want: map[sqstest.Kind]string{
+			sqstest.KindGoAws:  "0 SQS message attributes []",
+			sqstest.KindFauxqs: "0 SQS message attributes []",
+			sqstest.KindOther:  "0 SQS message attributes []",
+		},
+	},
+	{
 		// The inbox's opt-in key KeyFromSNSMessageID needs one id per publish, the same in every
 		// subscribed queue.
 		name: "one MessageId per publish in every queue",

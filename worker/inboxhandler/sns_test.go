@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,7 @@ import (
 // The SNS fan-out, end to end: a topic, queues subscribed to it (raw or enveloped), a worker per
 // queue, and the inbox in PostgreSQL. They run on fauxqs, whose SNS delivers as the AWS
 // documentation says (internal/sqstest's TestSNSQuirks); on GoAws they skip (its envelopes carry
-// the attributes in the wrong shape).
+// the attributes in the wrong shape), except where a test needs no topic.
 
 // snsBundle is a test's topic and its inbox, with a table fx in which every handler records
 // each effect: which handler, which event, the body it saw and whether it came in an envelope.
@@ -40,15 +41,23 @@ type snsBundle struct {
 func snsSetup(t *testing.T) *snsBundle {
 	t.Helper()
 	srv.SkipWithoutSNS(t)
-	b := setup(t, nil)
-	if _, err := b.pool.Exec(t.Context(), `CREATE TABLE `+b.schema+`.fx (handler text NOT NULL, event_id text NOT NULL, body text NOT NULL, enveloped bool NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	b := fxSetup(t)
 	c, err := srv.SNSClient(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &snsBundle{bundle: b, sns: c, topic: srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "fanout"})}
+	b.sns, b.topic = c, srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "fanout"})
+	return b
+}
+
+// fxSetup is snsSetup without the topic, on any server: the inbox and its fx table.
+func fxSetup(t *testing.T) *snsBundle {
+	t.Helper()
+	b := setup(t, nil)
+	if _, err := b.pool.Exec(t.Context(), `CREATE TABLE `+b.schema+`.fx (handler text NOT NULL, event_id text NOT NULL, body text NOT NULL, enveloped bool NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return &snsBundle{bundle: b}
 }
 
 // apply is the one handler function of these tests, whatever the queue and its delivery.
@@ -313,6 +322,82 @@ func TestSNSMalformedEnvelopesFauxqs(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the worker's log lacks %q:\n%s", want, logs.String())
 		}
+	}
+}
+
+// TestSNSLookalikeBodyKeepsItsKey (GoAws, fauxqs): a raw SQS message whose event_id attribute
+// is evt_real and whose body is shaped like an SNS envelope naming evt_victim (in its
+// MessageAttributes and its Message's id), as a producer that relays user-supplied content may
+// be made to send, is processed under evt_real with its body as sent. The genuine evt_victim,
+// delivered after it as SNS delivers it (published to a topic the queue subscribes to without
+// raw delivery where the server's SNS is usable, else that envelope sent to the queue), is
+// applied, not deleted as a duplicate.
+func TestSNSLookalikeBodyKeepsItsKey(t *testing.T) {
+	t.Parallel()
+	b := fxSetup(t)
+	s := &subscriber{name: "warehouse", q: srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "sns-lookalike", MaxReceiveCount: 3}), met: &counters{}}
+	topicARN := "arn:aws:sns:us-east-1:000000000000:orders"
+	snsOK, _ := srv.SNSSupported()
+	if snsOK {
+		c, err := srv.SNSClient(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.sns, b.topic = c, srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "lookalike"})
+		srv.Subscribe(t, b.topic, s.q, sqstest.SubscribeOptions{})
+		topicARN = b.topic.ARN
+	}
+	lookalike, err := json.Marshal(map[string]any{
+		"Type": "Notification", "MessageId": "5b2c7e1e-0000-4000-8000-00000000dead", "TopicArn": topicARN,
+		"Message":           `{"id":"evt_victim","type":"OrderPaid","order_id":"ord-forged"}`,
+		"Timestamp":         "2026-01-01T00:00:00.000Z",
+		"MessageAttributes": map[string]any{"event_id": map[string]string{"Type": "String", "Value": "evt_victim"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sqstest.Send(t.Context(), srv.Client(), s.q.URL, []sqstest.Message{
+		{Body: string(lookalike), Attributes: map[string]string{"event_id": "evt_real"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, s, nil)
+	waitHandled(t, s, 1)
+	if fx := b.effects(t); len(fx) != 1 || len(fx["warehouse"]) != 1 || fx["warehouse"]["evt_real"] != 1 {
+		t.Errorf("effects %v after the lookalike, want one, of evt_real", fx)
+	}
+
+	genuine := orderPaid("evt_victim")
+	if snsOK {
+		err = sqstest.Publish(t.Context(), b.sns, topicARN, []sqstest.Message{genuine})
+	} else {
+		err = sqstest.SendEnvelope(t.Context(), srv.Client(), s.q.URL, topicARN, genuine.Body, genuine.Attributes)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHandled(t, s, 2)
+	rows, err := b.pool.Query(t.Context(), `SELECT event_id, body, enveloped FROM `+b.schema+`.fx ORDER BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type effect struct {
+		key, body string
+		enveloped bool
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effect, error) {
+		var e effect
+		return e, r.Scan(&e.key, &e.body, &e.enveloped)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []effect{{"evt_real", string(lookalike), false}, {"evt_victim", genuine.Body, true}}
+	if !slices.Equal(got, want) {
+		t.Errorf("effects %+v,\nwant %+v", got, want)
+	}
+	if p, d, f := s.met.processed.Load(), s.met.duplicates.Load(), s.met.failed.Load(); p != 2 || d != 0 || f != 0 {
+		t.Errorf("processed %d, duplicates %d, failed %d; want 2, 0, 0", p, d, f)
 	}
 }
 
