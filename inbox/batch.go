@@ -6,19 +6,27 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
 )
 
-// MaxBatch is the most items one [Inbox.RunBatch] takes. Each item runs in a savepoint of its
-// own, a subtransaction; PostgreSQL keeps the subtransaction ids of a transaction in a per-backend
-// cache of 64, and once a transaction has more, every snapshot taken by every session gets slower
-// (the server must look subtransactions up in pg_subtrans). 20 items, each of whose functions may
-// open one savepoint of its own (a nested pgx Begin), stay well under that.
+// MaxBatch is the most items one [Inbox.RunBatch] takes.
 const MaxBatch = 20
+
+// SubtransactionBudget is the most savepoints one transaction of [Inbox.RunBatch] opens before it
+// commits early. Each item runs in a savepoint of its own (a subtransaction), and a function may
+// open more (a nested Begin). PostgreSQL keeps the ids of a transaction's subtransactions that
+// wrote in a per-backend cache of 64; past that, every snapshot of every session must look them
+// up in pg_subtrans, and the whole server slows down. So before an item starts, RunBatch commits
+// what it has done when that item could cross the budget, counting one savepoint for the item and
+// as many as the most any earlier item of the batch opened, and runs the rest in a new
+// transaction. Savepoints written as SQL and PL/pgSQL EXCEPTION blocks are not counted: the
+// budget leaves room for a few of them.
+const SubtransactionBudget = 48
 
 // maxBatchAttempts is how many times RunBatch runs a batch in one transaction before it falls back
 // to one transaction per item.
@@ -29,20 +37,35 @@ const itemSavepoint = "sqsinbox_item"
 
 // Item is one event of a batch run by [Inbox.RunBatch].
 type Item struct {
+	// Handler is the handler processing the event, as for [Inbox.Run]: the items of one batch may
+	// have different handlers (a queue that carries several event types).
+	Handler string
 	// Key is the event's key, as for [Inbox.Run].
 	Key string
-	// Group, when not empty, orders the item with the others of the same Group: they run in the
-	// order given, and once one of them is not processed (its function failed, its claim was
-	// blocked, its context ended), the later ones are not run and get [ErrGroupHalted]. A FIFO
-	// queue's message group is one.
-	Group string
 	// Ctx is the item's own context: Fn runs with it (and the event's key in it), and when it
 	// ends before Fn's turn, the item is not run. nil means RunBatch's ctx. It should descend from
 	// RunBatch's ctx.
 	Ctx context.Context
+	// Timeout bounds Fn from the moment its turn comes: its context then ends with the cause
+	// [ErrTimeout], and the item fails with an error wrapping it (also when Fn returns nil after
+	// it). 0 means no bound of its own.
+	Timeout time.Duration
 	// Fn is the work for the event, as for [Inbox.Run], except that its transaction is shared with
 	// the other items of the batch: see [Inbox.RunBatch].
 	Fn Func
+}
+
+// Order orders the items of a batch: [Inbox.RunBatch] asks it whether an item may run just before
+// the item's turn, and tells it which items were not processed. The worker's batches implement it
+// for FIFO message groups (worker.Batch), so that the rule "a message not done halts the later
+// ones of its group" lives in one place.
+type Order interface {
+	// Runnable returns nil when item i may run now, or why it must not (an earlier item it follows
+	// was not processed). An item that must not run is not run, its claim is released, and the
+	// reason is its result.
+	Runnable(i int) error
+	// Halt tells that item i was not processed: the items that follow it must not run.
+	Halt(i int)
 }
 
 // Result is what [Inbox.RunBatch] did with one item: Outcome when Err is nil.
@@ -53,14 +76,17 @@ type Result struct {
 
 // BatchStats counts what happened inside one [Inbox.RunBatch].
 type BatchStats struct {
-	// Items is the number of items run in the batch's transaction (not counting invalid keys).
+	// Items is the number of items run in the batch's transactions (not counting invalid keys).
 	Items int
+	// Commits is the number of transactions the batch committed: 1 normally, more when the
+	// subtransaction budget made it commit early (see [SubtransactionBudget]).
+	Commits int
 	// RolledBack is the number of items whose function failed and was rolled back to its
 	// savepoint while the rest of the batch went on.
 	RolledBack int
 	// Retries is the number of times the whole transaction was rolled back and run again: a
 	// deadlock or serialization failure, or an item whose context ended during a statement (which
-	// closes the connection).
+	// closes the connection). The items run again are not failed.
 	Retries int
 	// Fallback is true when the batch ended as one transaction per item: a claim waited
 	// Config.LockTimeout for another transaction's uncommitted claim (the batch cannot tell which
@@ -69,39 +95,39 @@ type BatchStats struct {
 }
 
 var (
-	// ErrGroupHalted is the error of an item that was not run because an earlier item of its Group
-	// was not processed. Nothing of it was written; retry it after the one that failed.
-	ErrGroupHalted = errors.New("inbox: not run: an earlier event of its group in the batch was not processed")
-	// ErrTwinNotProcessed is the error of an item whose key an earlier item of the batch also had,
-	// when that earlier item was not processed. Nothing of it was written; retry it.
+	// ErrTwinNotProcessed is the error of an item whose (handler, key) an earlier item of the batch
+	// also had, when that earlier item was not processed. Nothing of it was written; retry it.
 	ErrTwinNotProcessed = errors.New("inbox: not run: an earlier item of the batch had the same key and was not processed")
-	// ErrItemRolledBack is the error of an item whose function called Rollback on the transaction
-	// it was given: its writes were undone, its claim with them.
-	ErrItemRolledBack = errors.New("inbox: the function rolled back its transaction")
+	// ErrBatchStopped is the error of the items of a batch that stopped at another item's
+	// broken deployment ([DeploymentError]): they were not run (or were rolled back unfailed) and
+	// nothing of them was written. Retry them once the deployment is fixed.
+	ErrBatchStopped = errors.New("inbox: not run: the batch stopped at another item's broken deployment")
 )
 
-// RunBatch processes several events for handler in one READ COMMITTED transaction: one COMMIT
-// (and so one WAL flush) for all of them, which is what makes a batch faster than as many calls
-// of [Inbox.Run]. The results come back in the order of items.
+// RunBatch processes several events in one READ COMMITTED transaction: one COMMIT (and so one WAL
+// flush) for all of them, which is what makes a batch faster than as many calls of [Inbox.Run].
+// The results come back in the order of items. order, when not nil, orders the items (see
+// [Order]).
 //
-// It claims every item's key in one statement, in a stable order of the keys (so that two batches
+// It claims every item's (handler, key) in one statement, in a stable order (so that two batches
 // that share keys wait for each other instead of deadlocking), bounded by Config.LockTimeout and
 // Config.IdleInTransactionTimeout as Run's claim is. Then it runs the functions of the fresh
-// claims one after the other, in the order of items, each in a savepoint of its own:
-//   - a function that fails, panics, or whose item context ends, is rolled back to its savepoint,
-//     its claim with it; its error is its result; the others go on and commit;
-//   - the transaction a function gets is the batch's, wrapped: Commit does nothing (the batch
-//     commits) and Rollback undoes this item's work only and fails the item with
-//     [ErrItemRolledBack]; Begin opens a savepoint inside the item's, as usual;
-//   - an item whose key was already claimed is [Duplicate]; of two items with the same key, the
-//     first runs and the second is a Duplicate once the first committed, or fails with
-//     [ErrTwinNotProcessed] when the first was not processed;
-//   - items of one Group run in order and halt at the first one not processed ([ErrGroupHalted]).
-//
-// A deadlock or serialization failure, or a connection closed because an item's context ended
-// during a statement, rolls the whole transaction back and runs the items not yet decided again
-// (counted in Retries). When a claim waits out Config.LockTimeout (another transaction holds one
-// of the keys uncommitted), or after 3 attempts, the items left are run one [Inbox.Run] each.
+// claims one after the other, in the order of items, each in a savepoint of its own, and decides
+// each item's outcome as [Inbox.Run] does, item for item (the package doc's outcome table): an
+// item that fails is rolled back to its savepoint, its claim with it, and the others go on and
+// commit. Besides:
+//   - an item whose key was already claimed is [Duplicate]; of two items with the same handler
+//     and key, the first runs and the second is a Duplicate once the first committed, or fails
+//     with [ErrTwinNotProcessed] when the first was not processed;
+//   - an item whose context ended during a statement closes the connection: it fails, and the
+//     items not yet decided run again in a new transaction, unfailed (counted in Retries), as
+//     they do after a deadlock or a serialization failure;
+//   - an item that meets a broken deployment stops the batch: everything rolls back, that item
+//     fails with a *[DeploymentError] and the others not yet decided with [ErrBatchStopped];
+//   - when a claim waits out Config.LockTimeout (another transaction holds one of the keys
+//     uncommitted), or after 3 attempts, the items left are run one [Inbox.Run] each;
+//   - before an item that could take the transaction past [SubtransactionBudget] savepoints, the
+//     work so far commits and the rest runs in a new transaction.
 //
 // If COMMIT's outcome is unknown, every item that is not a failure of its own gets an error
 // wrapping [ErrCommitUnknown]: nothing of the batch may be acknowledged. If the connection is lost
@@ -109,37 +135,35 @@ var (
 //
 // The functions of a batch run on one connection one after the other: the batch commits after
 // the sum of their times, and a slow call inside one delays every item behind it.
-func (ib *Inbox) RunBatch(ctx context.Context, handler string, items []Item) ([]Result, BatchStats) {
+func (ib *Inbox) RunBatch(ctx context.Context, items []Item, order Order) ([]Result, BatchStats) {
 	res := make([]Result, len(items))
 	var st BatchStats
-	if err := ValidateHandler(handler); err != nil {
-		return fill(res, err), st
-	}
 	if len(items) > MaxBatch {
 		return fill(res, fmt.Errorf("inbox: RunBatch got %d items; at most %d (MaxBatch)", len(items), MaxBatch)), st
 	}
-	r := batchRun{ib: ib, ctx: ctx, handler: handler, items: items, res: res, st: &st,
-		decided: make([]bool, len(items))}
+	r := batchRun{ib: ib, ctx: ctx, items: items, order: order, res: res, st: &st,
+		decided: make([]bool, len(items)), invalid: make([]error, len(items))}
 	for i := range items {
-		if err := ValidateKey(items[i].Key); err != nil {
-			r.decide(i, Result{Err: err}) // its group halts from here: see once
-			continue
+		// Decided in its turn, so that it halts only the items after it.
+		if r.invalid[i] = validateClaim(items[i].Handler, items[i].Key); r.invalid[i] == nil {
+			st.Items++
 		}
-		st.Items++
 	}
-	for attempt := 1; ; attempt++ {
-		retry := r.once()
-		if retry == nil {
-			break
+	for attempt := 1; ; {
+		switch r.once() {
+		case attemptDone:
+			return res, st
+		case attemptMore:
+			continue // committed early: not a retry
 		}
 		if attempt == maxBatchAttempts {
 			st.Fallback = true
 			r.oneByOne()
-			break
+			return res, st
 		}
+		attempt++
 		st.Retries++
 	}
-	return res, st
 }
 
 func fill(res []Result, err error) []Result {
@@ -149,30 +173,29 @@ func fill(res []Result, err error) []Result {
 	return res
 }
 
+// pair is a claim: a handler and an event key.
+type pair struct{ handler, key string }
+
+func (it *Item) pair() pair { return pair{it.Handler, it.Key} }
+
 // batchRun is the state of one RunBatch across its attempts.
 type batchRun struct {
 	ib      *Inbox
 	ctx     context.Context
-	handler string
 	items   []Item
+	order   Order
 	res     []Result
 	st      *BatchStats
-	decided []bool          // res[i] is final
-	halted  map[string]bool // groups with an item not processed, up to the item being run
-	claims  []step          // the claim steps begun and not ended, when the inbox has Hooks
+	decided []bool  // res[i] is final
+	invalid []error // why item i's handler or key is refused, or nil
+	claims  []step  // the claim steps begun and not ended, when the inbox has Hooks
 }
 
+// decide makes res item i's final result. An item not processed halts the items that follow it.
 func (r *batchRun) decide(i int, res Result) {
 	r.res[i], r.decided[i] = res, true
-}
-
-// halt marks item i's group as halted.
-func (r *batchRun) halt(i int) {
-	if g := r.items[i].Group; g != "" {
-		if r.halted == nil {
-			r.halted = map[string]bool{}
-		}
-		r.halted[g] = true
+	if res.Err != nil && r.order != nil {
+		r.order.Halt(i)
 	}
 }
 
@@ -183,192 +206,284 @@ func (r *batchRun) itemCtx(i int) context.Context {
 	return r.ctx
 }
 
-// errRetry says that the transaction was rolled back and the undecided items are to run again.
-type errRetry struct{ err error }
+// runCtx is the context item i's function runs with: its own, bounded by its Timeout from now.
+func (r *batchRun) runCtx(i int) (context.Context, context.CancelFunc) {
+	ctx := r.itemCtx(i)
+	if d := r.items[i].Timeout; d > 0 {
+		return context.WithTimeoutCause(ctx, d, ErrTimeout)
+	}
+	return ctx, func() {}
+}
 
-func (e *errRetry) Error() string { return "inbox: batch rolled back, retrying: " + e.err.Error() }
+// attempt is how one transaction of the batch ended.
+type attempt int
 
-// once runs the undecided items in one transaction. It returns a non-nil *errRetry when the
-// transaction was rolled back for a reason that another attempt can get past; otherwise every
-// item is decided when it returns.
-func (r *batchRun) once() *errRetry {
-	// The keys to claim, distinct and sorted; the first undecided item of each key owns it.
-	var keys []string
-	owner := make(map[string]int, len(r.items))
+const (
+	attemptDone  attempt = iota // every item is decided
+	attemptRetry                // rolled back: run the undecided items again
+	attemptMore                 // committed early (the subtransaction budget): run the rest
+)
+
+// attemptTx is one transaction of the batch, while its items run.
+type attemptTx struct {
+	tx        pgx.Tx
+	owner     map[pair]int  // the first undecided item of each claim
+	fresh     map[pair]bool // the claims this transaction inserted
+	processed []int         // the items whose work is done, to commit
+	unclaim   []pair        // fresh claims of items that did not run or failed
+	spFresh   bool          // the item savepoint holds nothing yet
+	savepts   int           // savepoints opened in this transaction
+	perItem   int           // the most savepoints one item took (its own and its nested ones)
+}
+
+// once runs the undecided items in one transaction.
+func (r *batchRun) once() attempt {
+	a := attemptTx{owner: make(map[pair]int, len(r.items)), spFresh: true, savepts: 1, perItem: 1}
+	var claims []pair
 	for i := range r.items {
-		if r.decided[i] {
+		if r.decided[i] || r.invalid[i] != nil {
 			continue
 		}
-		if _, ok := owner[r.items[i].Key]; !ok {
-			owner[r.items[i].Key] = i
-			keys = append(keys, r.items[i].Key)
+		if _, ok := a.owner[r.items[i].pair()]; !ok {
+			a.owner[r.items[i].pair()] = i
+			claims = append(claims, r.items[i].pair())
 		}
 	}
-	if len(keys) == 0 {
-		return nil
+	if len(claims) == 0 {
+		for i := range r.items {
+			if !r.decided[i] {
+				r.decide(i, Result{Err: r.invalid[i]})
+			}
+		}
+		return attemptDone
 	}
-	slices.Sort(keys)
-	r.beginClaims(owner)
+	r.beginClaims(a.owner)
 	defer r.endClaims(errors.New("inbox: batch rolled back before this item's turn"))
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(r.ib.sql.batchClaim, r.handler, keys)
-	b.Queue(resetLockTimeout)
-	b.Queue("SAVEPOINT " + itemSavepoint)
-	br := r.ib.pool.SendBatch(r.ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(context.WithoutCancel(r.ctx)) }()
-	_, beginErr := br.Exec()
-	fresh, claimErr := claimedKeys(br)
-	_, resetErr := br.Exec()
-	_, spErr := br.Exec()
-	if err := cmp.Or(beginErr, claimErr, resetErr, spErr, br.Close()); err != nil {
-		err = claimError(r.ctx, err)
-		r.endClaims(err)
-		return r.failAll(tx, err, true)
+	if err := r.claim(&a, claims); err != nil {
+		return r.claimFailed(a.tx, err)
 	}
-	spFresh := true // the savepoint holds nothing yet
-	var processed []int
-	var unclaim []string // keys claimed for items that did not run
-	r.halted = nil
+	defer func() { _ = a.tx.Rollback(context.WithoutCancel(r.ctx)) }()
 	for i := range r.items {
 		if r.decided[i] {
-			if r.res[i].Err != nil {
-				r.halt(i) // the later items of its group must not run
-			}
 			continue
 		}
 		it := &r.items[i]
-		ictx := r.itemCtx(i)
-		switch {
-		case it.Group != "" && r.halted[it.Group]:
-			r.notRun(i, ErrGroupHalted, &unclaim, owner)
+		if r.invalid[i] != nil {
+			r.decide(i, Result{Err: r.invalid[i]})
 			continue
-		case owner[it.Key] != i:
+		}
+		if r.order != nil {
+			if err := r.order.Runnable(i); err != nil {
+				r.notRun(&a, i, err)
+				continue
+			}
+		}
+		switch o := a.owner[it.pair()]; {
+		case o != i:
 			// A twin: a Duplicate once its owner commits, unless the owner has already failed.
-			if o := owner[it.Key]; r.decided[o] && r.res[o].Err != nil {
+			if r.decided[o] && r.res[o].Err != nil {
 				r.decide(i, Result{Err: ErrTwinNotProcessed})
-				r.halt(i)
 			}
 			continue
-		case !fresh[it.Key]:
+		case !a.fresh[it.pair()]:
 			r.decide(i, Result{Outcome: Duplicate})
 			r.hookClaim(i, 0)
 			continue
 		}
-		if err := context.Cause(ictx); err != nil {
-			r.notRun(i, err, &unclaim, owner)
+		if err := context.Cause(r.itemCtx(i)); err != nil {
+			r.notRun(&a, i, err)
 			continue
 		}
-		if !spFresh {
-			if _, err := tx.Exec(r.ctx, "RELEASE SAVEPOINT "+itemSavepoint+"; SAVEPOINT "+itemSavepoint); err != nil {
-				return r.failAll(tx, fmt.Errorf("inbox: savepoint: %w", err), false)
-			}
+		if len(a.processed) > 0 && a.savepts+a.perItem > SubtransactionBudget {
+			return r.commitEarly(&a, i)
 		}
-		spFresh = false
-		r.hookClaim(i, 1)
-		itx := &itemTx{Tx: tx}
-		err := call(withEvent(ictx, r.handler, it.Key), itx, it.Fn)
-		if err == nil && itx.rolledBack {
-			err = ErrItemRolledBack
+		if out, stop := r.runItem(&a, i); stop {
+			return out
 		}
-		if err == nil {
-			processed = append(processed, i)
-			continue
-		}
-		if pgtx.ConnLost(tx) {
-			if r.ctx.Err() == nil && (ictx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-				// The item's own context ended during a statement, which closes the connection:
-				// the item failed; the others run again on another connection.
-				r.decide(i, Result{Err: err})
-				r.halt(i)
-				return &errRetry{err}
-			}
-			return r.failAll(tx, fmt.Errorf("%w: %w", ErrConnectionLost, err), false)
-		}
-		if retryable(err) {
-			return &errRetry{err}
-		}
-		if _, rbErr := tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+itemSavepoint); rbErr != nil {
-			r.decide(i, Result{Err: err})
-			r.halt(i)
-			return r.failAll(tx, fmt.Errorf("inbox: rollback to savepoint: %w", rbErr), false)
-		}
-		spFresh = true
-		r.st.RolledBack++
-		r.decide(i, Result{Err: err})
-		r.halt(i)
-		// The rollback to the savepoint did not undo the claim, taken before it.
-		unclaim = append(unclaim, it.Key)
 	}
 	if err := context.Cause(r.ctx); err != nil {
-		return r.failAll(tx, err, false) // a hard stop must not commit
+		return r.failAll(a.tx, err) // a hard stop must not commit
 	}
-	if len(unclaim) > 0 {
-		if _, err := tx.Exec(r.ctx, r.ib.sql.unclaim, r.handler, unclaim); err != nil {
-			if retryable(err) {
-				return &errRetry{err}
-			}
-			return r.failAll(tx, fmt.Errorf("inbox: releasing the claims of failed items: %w", err), false)
+	return r.commit(&a)
+}
+
+// claim begins the transaction, claims every key and opens the first item savepoint, in one round
+// trip.
+func (r *batchRun) claim(a *attemptTx, claims []pair) error {
+	slices.SortFunc(claims, func(x, y pair) int {
+		return cmp.Or(strings.Compare(x.handler, y.handler), strings.Compare(x.key, y.key))
+	})
+	handlers, keys := make([]string, len(claims)), make([]string, len(claims))
+	for j, c := range claims {
+		handlers[j], keys[j] = c.handler, c.key
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(r.ib.sql.batchClaim, handlers, keys)
+	b.Queue(resetLockTimeout)
+	b.Queue("SAVEPOINT " + itemSavepoint)
+	br := r.ib.pool.SendBatch(r.ctx, b)
+	a.tx = br.Tx()
+	_, beginErr := br.Exec()
+	fresh, claimErr := claimedKeys(br)
+	_, resetErr := br.Exec()
+	_, spErr := br.Exec()
+	a.fresh = fresh
+	if err := cmp.Or(beginErr, claimErr, resetErr, spErr, br.Close()); err != nil {
+		err = claimError(r.ctx, err)
+		r.endClaims(err)
+		return err
+	}
+	return nil
+}
+
+// claimFailed ends an attempt whose claim failed: a blocked claim falls back to one transaction
+// per item, a deadlock is retried, and anything else fails every undecided item.
+func (r *batchRun) claimFailed(tx pgx.Tx, err error) attempt {
+	if r.ctx.Err() == nil && (errors.Is(err, ErrClaimBlocked) || retryable(err)) {
+		_ = tx.Rollback(context.WithoutCancel(r.ctx))
+		if retryable(err) {
+			return attemptRetry
+		}
+		r.st.Fallback = true
+		r.oneByOne()
+		return attemptDone
+	}
+	return r.failAll(tx, err)
+}
+
+// runItem runs item i's function in the item savepoint and decides it, or says how the attempt
+// ends (stop).
+func (r *batchRun) runItem(a *attemptTx, i int) (attempt, bool) {
+	it := &r.items[i]
+	if !a.spFresh {
+		if _, err := a.tx.Exec(r.ctx, "RELEASE SAVEPOINT "+itemSavepoint+"; SAVEPOINT "+itemSavepoint); err != nil {
+			return r.failAll(a.tx, fmt.Errorf("inbox: savepoint: %w", err)), true
+		}
+		a.savepts++
+	}
+	a.spFresh = false
+	r.hookClaim(i, 1)
+	ctx, cancel := r.runCtx(i)
+	wtx := watch(a.tx)
+	v := wtx.verdict(ctx, call(withEvent(ctx, it.Handler, it.Key), wtx, it.Fn))
+	cancel()
+	a.savepts += wtx.rec.savepoints
+	a.perItem = max(a.perItem, 1+wtx.rec.savepoints)
+	switch {
+	case v.err == nil:
+		a.processed = append(a.processed, i)
+		return 0, false
+	case v.lost && v.own:
+		// The item's own context ended during a statement, which closed the connection: the item
+		// failed; the others run again on another connection.
+		r.decide(i, Result{Err: v.err})
+		return attemptRetry, true
+	case v.lost:
+		return r.failAll(a.tx, v.err), true
+	case v.retry:
+		return attemptRetry, true
+	case v.deploy != nil:
+		r.decide(i, Result{Err: v.err})
+		return r.failAll(a.tx, ErrBatchStopped), true
+	}
+	if _, err := a.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+itemSavepoint); err != nil {
+		r.decide(i, Result{Err: v.err})
+		return r.failAll(a.tx, fmt.Errorf("inbox: rollback to savepoint: %w", err)), true
+	}
+	a.spFresh = true
+	r.st.RolledBack++
+	r.decide(i, Result{Err: v.err})
+	// The rollback to the savepoint did not undo the claim, taken before it.
+	a.unclaim = append(a.unclaim, it.pair())
+	return 0, false
+}
+
+// commitEarly commits the items processed so far, releasing the claims of the items from next on
+// (they run in the next transaction).
+func (r *batchRun) commitEarly(a *attemptTx, next int) attempt {
+	for i := next; i < len(r.items); i++ {
+		if p := r.items[i].pair(); !r.decided[i] && a.owner[p] == i && a.fresh[p] {
+			a.unclaim = append(a.unclaim, p)
 		}
 	}
-	if len(processed) == 0 {
-		r.settleTwins(owner)
-		return nil
+	if out := r.commit(a); out != attemptDone {
+		return out
 	}
-	commits := r.beginCommits(processed)
-	if err := tx.Commit(r.ctx); err != nil {
+	return attemptMore
+}
+
+// commit releases the claims of the items that did not run and commits the others' work.
+func (r *batchRun) commit(a *attemptTx) attempt {
+	if len(a.unclaim) > 0 {
+		handlers, keys := make([]string, len(a.unclaim)), make([]string, len(a.unclaim))
+		for j, p := range a.unclaim {
+			handlers[j], keys[j] = p.handler, p.key
+		}
+		if _, err := a.tx.Exec(r.ctx, r.ib.sql.unclaim, handlers, keys); err != nil {
+			if retryable(err) {
+				return attemptRetry
+			}
+			return r.failAll(a.tx, fmt.Errorf("inbox: releasing the claims of items not processed: %w", err))
+		}
+	}
+	if len(a.processed) == 0 {
+		r.settleTwins(a.owner)
+		return attemptDone
+	}
+	commits := r.beginCommits(a.processed)
+	if err := a.tx.Commit(r.ctx); err != nil {
 		if retryable(err) {
 			r.endCommits(commits, err)
-			return &errRetry{err}
+			return attemptRetry
 		}
 		err = commitError(err)
 		r.endCommits(commits, err)
 		r.unknownAll(err)
-		return nil
+		return attemptDone
 	}
 	r.endCommits(commits, nil)
-	for _, i := range processed {
+	r.st.Commits++
+	for _, i := range a.processed {
 		r.decide(i, Result{Outcome: Processed})
 	}
-	r.settleTwins(owner)
-	return nil
+	r.settleTwins(a.owner)
+	return attemptDone
 }
 
-// claimedKeys reads the keys the batch claim inserted.
-func claimedKeys(br pgx.BatchResults) (map[string]bool, error) {
+// claimedKeys reads the claims the batch claim inserted.
+func claimedKeys(br pgx.BatchResults) (map[pair]bool, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	fresh := map[string]bool{}
+	fresh := map[pair]bool{}
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var p pair
+		if err := rows.Scan(&p.handler, &p.key); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		fresh[k] = true
+		fresh[p] = true
 	}
 	rows.Close()
 	return fresh, rows.Err()
 }
 
-// notRun decides item i with err before its function ran; its claim, if it owns one, is
-// released at the end of the batch.
-func (r *batchRun) notRun(i int, err error, unclaim *[]string, owner map[string]int) {
+// notRun decides item i with err before its function ran; its claim, if it owns a fresh one, is
+// released at the end of the transaction.
+func (r *batchRun) notRun(a *attemptTx, i int, err error) {
 	r.decide(i, Result{Err: err})
-	r.halt(i)
-	if owner[r.items[i].Key] == i {
-		*unclaim = append(*unclaim, r.items[i].Key)
+	if p := r.items[i].pair(); a.owner[p] == i && a.fresh[p] {
+		a.unclaim = append(a.unclaim, p)
 	}
 }
 
-// settleTwins decides the items that share their key with an earlier one, once the owners are
+// settleTwins decides the items that share their claim with an earlier one, once the owners are
 // decided.
-func (r *batchRun) settleTwins(owner map[string]int) {
+func (r *batchRun) settleTwins(owner map[pair]int) {
 	for i := range r.items {
-		o, ok := owner[r.items[i].Key]
+		o, ok := owner[r.items[i].pair()]
 		if r.decided[i] || !ok || o == i || !r.decided[o] {
 			continue
 		}
@@ -381,30 +496,21 @@ func (r *batchRun) settleTwins(owner map[string]int) {
 	}
 }
 
-// failAll rolls the transaction back and gives err to every item not decided. With claim set, err
-// came from the claim: a blocked claim falls back to one transaction per item, and a deadlock is
-// retried.
-func (r *batchRun) failAll(tx pgx.Tx, err error, claim bool) *errRetry {
-	_ = tx.Rollback(context.WithoutCancel(r.ctx))
-	if r.ctx.Err() == nil {
-		switch {
-		case claim && errors.Is(err, ErrClaimBlocked):
-			r.st.Fallback = true
-			r.oneByOne()
-			return nil
-		case retryable(err):
-			return &errRetry{err}
+// failAll rolls the transaction back and gives err to every item not decided.
+func (r *batchRun) failAll(tx pgx.Tx, err error) attempt {
+	if tx != nil {
+		// Asked before the rollback, which hands the connection back to the pool.
+		if pgtx.ConnLost(tx) && !errors.Is(err, ErrConnectionLost) && !errors.Is(err, ErrBatchStopped) {
+			err = fmt.Errorf("%w: %w", ErrConnectionLost, err)
 		}
-	}
-	if pgtx.ConnLost(tx) && !errors.Is(err, ErrConnectionLost) {
-		err = fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		_ = tx.Rollback(context.WithoutCancel(r.ctx))
 	}
 	for i := range r.items {
 		if !r.decided[i] {
 			r.decide(i, Result{Err: err})
 		}
 	}
-	return nil
+	return attemptDone
 }
 
 // unknownAll gives err (a COMMIT whose outcome is unknown, or refused) to every item that is not
@@ -417,27 +523,23 @@ func (r *batchRun) unknownAll(err error) {
 	}
 }
 
-// oneByOne runs every undecided item in a transaction of its own, with [Inbox.Run], keeping the
-// group order.
+// oneByOne runs every undecided item in a transaction of its own, with [Inbox.Run], in order.
 func (r *batchRun) oneByOne() {
-	r.halted = nil
 	for i := range r.items {
 		if r.decided[i] {
-			if r.res[i].Err != nil {
-				r.halt(i)
-			}
 			continue
+		}
+		if r.order != nil {
+			if err := r.order.Runnable(i); err != nil {
+				r.decide(i, Result{Err: err})
+				continue
+			}
 		}
 		it := &r.items[i]
-		if it.Group != "" && r.halted[it.Group] {
-			r.decide(i, Result{Err: ErrGroupHalted})
-			continue
-		}
-		out, err := r.ib.Run(r.itemCtx(i), r.handler, it.Key, it.Fn)
+		ctx, cancel := r.runCtx(i)
+		out, err := r.ib.Run(ctx, it.Handler, it.Key, it.Fn)
+		cancel()
 		r.decide(i, Result{Outcome: out, Err: err})
-		if err != nil {
-			r.halt(i)
-		}
 	}
 }
 
@@ -447,8 +549,8 @@ type step struct {
 	s   *StepInfo
 }
 
-// beginClaims starts the claim step of each key's owner, before the batch's claim statement.
-func (r *batchRun) beginClaims(owner map[string]int) {
+// beginClaims starts the claim step of each claim's owner, before the batch's claim statement.
+func (r *batchRun) beginClaims(owner map[pair]int) {
 	h := r.ib.cfg.Hooks
 	if h == nil {
 		return
@@ -457,7 +559,7 @@ func (r *batchRun) beginClaims(owner map[string]int) {
 		r.claims = make([]step, len(r.items))
 	}
 	for _, i := range owner {
-		ctx, s := h.begin(r.itemCtx(i), StepClaim, r.handler, r.items[i].Key, false)
+		ctx, s := h.begin(r.itemCtx(i), StepClaim, r.items[i].Handler, r.items[i].Key, false)
 		r.claims[i] = step{ctx, s}
 	}
 }
@@ -471,7 +573,7 @@ func (r *batchRun) hookClaim(i int, rows int64) {
 	}
 	st := r.claims[i]
 	if st.s == nil {
-		st.ctx, st.s = h.begin(r.itemCtx(i), StepClaim, r.handler, r.items[i].Key, false)
+		st.ctx, st.s = h.begin(r.itemCtx(i), StepClaim, r.items[i].Handler, r.items[i].Key, false)
 	}
 	r.claims[i] = step{}
 	h.claimDone(st.ctx, st.s, rows, nil)
@@ -498,7 +600,7 @@ func (r *batchRun) beginCommits(processed []int) []step {
 	}
 	steps := make([]step, len(processed))
 	for j, i := range processed {
-		steps[j].ctx, steps[j].s = h.begin(r.itemCtx(i), StepCommit, r.handler, r.items[i].Key, false)
+		steps[j].ctx, steps[j].s = h.begin(r.itemCtx(i), StepCommit, r.items[i].Handler, r.items[i].Key, false)
 	}
 	return steps
 }
@@ -509,28 +611,4 @@ func (r *batchRun) endCommits(steps []step, err error) {
 			h.commitDone(st.ctx, st.s, err)
 		}
 	}
-}
-
-// retryable reports a deadlock or serialization failure: the transaction was rolled back by the
-// server and can be run again.
-func retryable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
-}
-
-// itemTx is the transaction an item's function gets: the batch's, whose Commit and Rollback
-// concern this item only.
-type itemTx struct {
-	pgx.Tx
-	rolledBack bool
-}
-
-// Commit does nothing: the batch commits every item's work at its end.
-func (t *itemTx) Commit(context.Context) error { return nil }
-
-// Rollback undoes this item's work (back to its savepoint) and fails the item.
-func (t *itemTx) Rollback(ctx context.Context) error {
-	t.rolledBack = true
-	_, err := t.Exec(ctx, "ROLLBACK TO SAVEPOINT "+itemSavepoint)
-	return err
 }

@@ -28,6 +28,16 @@ func items(b *bundle, fn inbox.Func, keys ...string) []inbox.Item {
 	return out
 }
 
+// runBatch runs its with RunBatch, without an order; an item without a handler gets handler.
+func runBatch(ctx context.Context, ib *inbox.Inbox, handler string, its []inbox.Item) ([]inbox.Result, inbox.BatchStats) {
+	for i := range its {
+		if its[i].Handler == "" {
+			its[i].Handler = handler
+		}
+	}
+	return ib.RunBatch(ctx, its, nil)
+}
+
 func outcomes(res []inbox.Result) string {
 	var s []string
 	for _, r := range res {
@@ -51,7 +61,7 @@ func TestRunBatchOneEffectPerKey(t *testing.T) {
 	}
 	var calls atomic.Int32
 	for round, want := range []string{"processed,duplicate,duplicate,processed", "duplicate,duplicate,duplicate,duplicate"} {
-		res, st := b.ib.RunBatch(t.Context(), "warehouse", items(b, b.record(&calls), "k2", "k2", "old", "k1"))
+		res, st := runBatch(t.Context(), b.ib, "warehouse", items(b, b.record(&calls), "k2", "k2", "old", "k1"))
 		if got := outcomes(res); got != want {
 			t.Fatalf("round %d: %s, want %s (%v)", round, got, want, res)
 		}
@@ -108,7 +118,7 @@ func TestRunBatchFailureIsolated(t *testing.T) {
 		{Key: "a", Fn: rec}, {Key: "b", Fn: fail}, {Key: "c", Fn: rec}, {Key: "d", Fn: panicky},
 		{Key: "e", Fn: rollback}, {Key: "f", Fn: commitThenFail}, {Key: "g", Fn: rec},
 	}
-	res, st := b.ib.RunBatch(t.Context(), "h", its)
+	res, st := runBatch(t.Context(), b.ib, "h", its)
 	if got := outcomes(res); got != "processed,err,processed,err,err,err,processed" {
 		t.Fatalf("outcomes %s: %v", got, res)
 	}
@@ -130,34 +140,63 @@ func TestRunBatchFailureIsolated(t *testing.T) {
 			t.Errorf("%s: %d effects, %d claims; want %d", k, got, claims, want)
 		}
 	}
-	res, _ = b.ib.RunBatch(t.Context(), "h", items(b, nil, "a", "b", "d"))
+	res, _ = runBatch(t.Context(), b.ib, "h", items(b, nil, "a", "b", "d"))
 	if got := outcomes(res); got != "duplicate,processed,processed" {
 		t.Fatalf("second run %s: %v", got, res)
 	}
 }
 
-// TestRunBatchGroupsAndTwins: a failure halts the later items of its group only; the twin of a
-// failed item is not run.
-func TestRunBatchGroupsAndTwins(t *testing.T) {
+// groupOrder is an inbox.Order for the tests: items of one group run in order and halt at the
+// first one not processed (what the worker's FIFO groups do).
+type groupOrder struct {
+	groups []string
+	halted map[string]bool
+}
+
+func (o *groupOrder) Runnable(i int) error {
+	if g := o.groups[i]; g != "" && o.halted[g] {
+		return errGroupHalted
+	}
+	return nil
+}
+
+func (o *groupOrder) Halt(i int) {
+	if g := o.groups[i]; g != "" {
+		if o.halted == nil {
+			o.halted = map[string]bool{}
+		}
+		o.halted[g] = true
+	}
+}
+
+var errGroupHalted = errors.New("group halted")
+
+// TestRunBatchOrderAndTwins: with an Order, a failure halts the later items of its group only;
+// the twin of a failed item is not run; an invalid key halts its group.
+func TestRunBatchOrderAndTwins(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	rec := b.record(nil)
 	fail := func(context.Context, pgx.Tx) error { return errors.New("no") }
 	its := []inbox.Item{
-		{Key: "g1-1", Group: "g1", Fn: rec},
-		{Key: "g1-2", Group: "g1", Fn: fail},
-		{Key: "g2-1", Group: "g2", Fn: rec},
-		{Key: "g1-3", Group: "g1", Fn: rec},
-		{Key: "g1-2", Group: "g3", Fn: rec}, // the failed one's twin, in another group
-		{Key: "g3-2", Group: "g3", Fn: rec},
-		{Key: "", Group: "g2", Fn: rec}, // an invalid key fails its item and halts its group
-		{Key: "g2-2", Group: "g2", Fn: rec},
+		{Key: "g1-1", Fn: rec},
+		{Key: "g1-2", Fn: fail},
+		{Key: "g2-1", Fn: rec},
+		{Key: "g1-3", Fn: rec},
+		{Key: "g1-2", Fn: rec}, // the failed one's twin, in another group
+		{Key: "g3-2", Fn: rec},
+		{Key: "", Fn: rec}, // an invalid key fails its item and halts its group
+		{Key: "g2-2", Fn: rec},
 	}
-	res, _ := b.ib.RunBatch(t.Context(), "h", its)
+	for i := range its {
+		its[i].Handler = "h"
+	}
+	order := &groupOrder{groups: []string{"g1", "g1", "g2", "g1", "g3", "g3", "g2", "g2"}}
+	res, _ := b.ib.RunBatch(t.Context(), its, order)
 	if got := outcomes(res); got != "processed,err,processed,err,err,err,err,err" {
 		t.Fatalf("outcomes %s: %v", got, res)
 	}
-	for i, want := range map[int]error{3: inbox.ErrGroupHalted, 4: inbox.ErrTwinNotProcessed, 5: inbox.ErrGroupHalted, 7: inbox.ErrGroupHalted} {
+	for i, want := range map[int]error{3: errGroupHalted, 4: inbox.ErrTwinNotProcessed, 5: errGroupHalted, 7: errGroupHalted} {
 		if !errors.Is(res[i].Err, want) {
 			t.Errorf("item %d: %v, want %v", i, res[i].Err, want)
 		}
@@ -167,6 +206,26 @@ func TestRunBatchGroupsAndTwins(t *testing.T) {
 	}
 	if got := b.count(t, `SELECT count(*) FROM `+b.schema+`.processed_messages`); got != 2 {
 		t.Errorf("%d claims, want 2", got)
+	}
+}
+
+// TestRunBatchSeveralHandlers: one batch serves two handlers; the same key under each is two
+// events, each processed once, and a replay is two duplicates.
+func TestRunBatchSeveralHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var calls atomic.Int32
+	rec := b.record(&calls)
+	its := []inbox.Item{{Handler: "warehouse", Key: "evt_1", Fn: rec}, {Handler: "loyalty", Key: "evt_1", Fn: rec},
+		{Handler: "warehouse", Key: "evt_1", Fn: rec}}
+	for round, want := range []string{"processed,processed,duplicate", "duplicate,duplicate,duplicate"} {
+		res, _ := b.ib.RunBatch(t.Context(), its, nil)
+		if got := outcomes(res); got != want {
+			t.Fatalf("round %d: %s, want %s (%v)", round, got, want, res)
+		}
+	}
+	if calls.Load() != 2 || b.claims(t, "warehouse", "evt_1") != 1 || b.claims(t, "loyalty", "evt_1") != 1 {
+		t.Fatalf("%d calls, claims %d and %d; want 2, 1 and 1", calls.Load(), b.claims(t, "warehouse", "evt_1"), b.claims(t, "loyalty", "evt_1"))
 	}
 }
 
@@ -187,7 +246,7 @@ func TestRunBatchItemContextEnds(t *testing.T) {
 	gone, cancelGone := context.WithCancelCause(t.Context())
 	cancelGone(errors.New("lease lost"))
 	its := []inbox.Item{{Key: "a", Fn: rec}, {Key: "slow", Ctx: short, Fn: slow}, {Key: "gone", Ctx: gone, Fn: rec}, {Key: "c", Fn: rec}}
-	res, st := b.ib.RunBatch(t.Context(), "h", its)
+	res, st := runBatch(t.Context(), b.ib, "h", its)
 	if got := outcomes(res); got != "processed,err,err,processed" {
 		t.Fatalf("outcomes %s: %v", got, res)
 	}
@@ -245,7 +304,7 @@ func TestRunBatchDeadlockRetried(t *testing.T) {
 					return nil
 				}
 			}
-			results[i], stats[i] = b.ib.RunBatch(t.Context(), "h", []inbox.Item{
+			results[i], stats[i] = runBatch(t.Context(), b.ib, "h", []inbox.Item{
 				{Key: fmt.Sprintf("b%d-first", i), Fn: bump(first, true)},
 				{Key: fmt.Sprintf("b%d-second", i), Fn: bump(second, false)},
 			})
@@ -279,7 +338,7 @@ func TestRunBatchHotKeyAcrossBatches(t *testing.T) {
 			for j := range keys {
 				keys[j] = fmt.Sprintf("k%d", (j*(i+3))%10)
 			}
-			res, st := b.ib.RunBatch(t.Context(), "h", items(b, b.record(&calls), keys...))
+			res, st := runBatch(t.Context(), b.ib, "h", items(b, b.record(&calls), keys...))
 			for j, r := range res {
 				if r.Err != nil {
 					t.Errorf("batch %d item %d: %v", i, j, r.Err)
@@ -314,7 +373,7 @@ func TestRunBatchBlockedClaimFallsBack(t *testing.T) {
 	if _, err := b.ib.RunTx(t.Context(), holder, "h", "held", func(context.Context, pgx.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	res, st := b.ib.RunBatch(t.Context(), "h", items(b, nil, "a", "held", "b"))
+	res, st := runBatch(t.Context(), b.ib, "h", items(b, nil, "a", "held", "b"))
 	if got := outcomes(res); got != "processed,err,processed" || !errors.Is(res[1].Err, inbox.ErrClaimBlocked) {
 		t.Fatalf("outcomes %s: %v", got, res)
 	}
@@ -331,11 +390,11 @@ func TestRunBatchRefusesBadInput(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
 	}
-	res, _ := b.ib.RunBatch(t.Context(), "h", items(b, nil, keys...))
+	res, _ := runBatch(t.Context(), b.ib, "h", items(b, nil, keys...))
 	if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "MaxBatch") {
 		t.Errorf("%d items: %v", len(keys), res[0].Err)
 	}
-	res, _ = b.ib.RunBatch(t.Context(), "", items(b, nil, "a"))
+	res, _ = runBatch(t.Context(), b.ib, "", items(b, nil, "a"))
 	if res[0].Err == nil {
 		t.Error("a bad handler name was accepted")
 	}
@@ -358,7 +417,7 @@ func TestRunBatchLockTimeoutOnlyOnTheClaim(t *testing.T) {
 		got = append(got, lt+"/"+idle)
 		return nil
 	}
-	res, _ := b.ib.RunBatch(t.Context(), "h", items(b, show, "a", "b"))
+	res, _ := runBatch(t.Context(), b.ib, "h", items(b, show, "a", "b"))
 	if outcomes(res) != "processed,processed" {
 		t.Fatalf("%v", res)
 	}

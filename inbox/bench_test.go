@@ -266,9 +266,9 @@ func runInboxBatch(b *testing.B, schema string, size, conns int, dur time.Durati
 	}, func(ctx context.Context, key string) error {
 		items := make([]inbox.Item, size)
 		for i, k := range batchKeys(key, size) {
-			items[i] = inbox.Item{Key: k, Fn: fn}
+			items[i] = inbox.Item{Handler: "bench", Key: k, Fn: fn}
 		}
-		res, st := ib.RunBatch(ctx, "bench", items)
+		res, st := ib.RunBatch(ctx, items, nil)
 		for _, r := range res {
 			if r.Err != nil {
 				return r.Err

@@ -106,14 +106,9 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 	if tag.RowsAffected() == 0 {
 		return Duplicate, nil
 	}
-	if err := call(withEvent(ctx, handler, key), tx, fn); err != nil {
-		if pgtx.ConnLost(tx) {
-			return 0, fmt.Errorf("%w: %w", ErrConnectionLost, err)
-		}
-		return 0, err
-	}
-	if err := context.Cause(ctx); err != nil {
-		return 0, err // a lost lease or a stop must not commit
+	wtx := watch(tx)
+	if v := wtx.verdict(ctx, call(withEvent(ctx, handler, key), wtx, fn)); v.err != nil {
+		return 0, v.err
 	}
 	hctx, step = ib.cfg.Hooks.start(ctx, StepCommit, handler, key, false)
 	if err := tx.Commit(hctx); err != nil {
@@ -127,8 +122,11 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 
 func claimError(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: Config.LockTimeout
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: Config.LockTimeout
 		err = fmt.Errorf("%w: %w", ErrClaimBlocked, err)
+	case errors.As(err, &pgErr) && deploymentCode(pgErr.Code): // the inbox's table or grant is missing
+		err = &DeploymentError{Err: pgErr}
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		return fmt.Errorf("inbox: claim: %w (%w)", cause, err)

@@ -141,7 +141,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 			boundedClaim: boundedClaim(c),
 			batchClaim:   batchClaim(c),
 			unclaim: "DELETE FROM " + sqlident.Quote(c.Schema, "processed_messages") +
-				" WHERE handler = $1 AND event_id = ANY($2::text[])",
+				" WHERE (handler, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
 			stats: "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + sqlident.Quote(c.Schema, "processed_messages") +
 				" GROUP BY handler ORDER BY handler",
 		},
@@ -164,16 +164,17 @@ func boundedClaim(c Config) string {
 		c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), sqlident.Quote(c.Schema, "processed_messages"))
 }
 
-// batchClaim is boundedClaim for RunBatch: the keys come as one array and are inserted in byte
-// order, so that every batch takes its claims' locks in the same order, and it returns the keys it
-// inserted. The lock wait cannot be reset in RETURNING here (that would run after the first row,
-// before the others' waits), so the CTE keeps its old value in sqsinbox.lock_timeout, a setting
-// of the transaction's own, and resetLockTimeout, queued right after, sets it back.
+// batchClaim is boundedClaim for RunBatch: the claims come as two arrays (handlers and keys) and
+// are inserted in byte order, so that every batch takes its claims' locks in the same order, and it
+// returns the claims it inserted. The lock wait cannot be reset in RETURNING here (that would run
+// after the first row, before the others' waits), so the CTE keeps its old value in
+// sqsinbox.lock_timeout, a setting of the transaction's own, and resetLockTimeout, queued right
+// after, sets it back.
 func batchClaim(c Config) string {
 	return fmt.Sprintf("WITH s AS (SELECT set_config('sqsinbox.lock_timeout', current_setting('lock_timeout'), true), "+
 		"set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)) "+
-		"INSERT INTO %s (handler, event_id) SELECT $1, k FROM s, unnest($2::text[]) AS k ORDER BY k COLLATE \"C\" "+
-		"ON CONFLICT DO NOTHING RETURNING event_id",
+		"INSERT INTO %s (handler, event_id) SELECT u.h, u.k FROM s, unnest($1::text[], $2::text[]) AS u(h, k) "+
+		"ORDER BY u.h COLLATE \"C\", u.k COLLATE \"C\" ON CONFLICT DO NOTHING RETURNING handler, event_id",
 		c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), sqlident.Quote(c.Schema, "processed_messages"))
 }
 

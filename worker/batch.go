@@ -18,9 +18,15 @@ import (
 // HandleBatch returns one result per message of b, in b's order, with the meaning of
 // [Handler.Handle]'s results; a message whose result is nil or [ErrDuplicate] is deleted. It runs
 // each message's own work through [Batch.Run], which gives that work its message's context,
-// handler timeout and panic recovery. On a FIFO queue, the messages of one group come in their
-// order; once one of them is not done, the later ones of its group must not be run: return
-// [ErrNotRun] for them (the worker releases them, after the failed one).
+// handler timeout and panic recovery.
+//
+// On a FIFO queue, the messages of one group come in their order, and the batch keeps the FIFO
+// rule for the handler: once a message is not done, the later ones of its group must not run.
+// [Batch.Run] refuses them (an error wrapping [ErrNotRun]: the worker releases them) and halts the
+// group when the work it runs fails; a handler that fails a message outside Batch.Run (a message
+// without a key, a failure it decides after the work returned) calls [Batch.Halt] at once, and
+// asks [Batch.Runnable] before any work of its own. [Batch] implements inbox.Order, so the
+// inbox's batch follows the same rule.
 type BatchHandler interface {
 	Handler
 	HandleBatch(ctx context.Context, b *Batch) []error
@@ -46,6 +52,29 @@ type Batch struct {
 	causes  []error // why Run's context of each message ended (its handler timeout), if it did
 }
 
+// Runnable returns nil when the i-th message may run now, or an error wrapping [ErrNotRun] when
+// an earlier message of its FIFO group was not done (the worker then releases it). It implements
+// inbox.Order.
+func (b *Batch) Runnable(i int) error {
+	if behind(b.msgs[i]) {
+		return errGroupHalted
+	}
+	return nil
+}
+
+// errGroupHalted is the result of a message not run behind one of its FIFO group not done.
+var errGroupHalted = fmt.Errorf("%w: an earlier message of its FIFO group was not done", ErrNotRun)
+
+// Halt says that the i-th message is not done: the later messages of its FIFO group will not run
+// (in this batch, [Batch.Runnable] refuses them; those the worker still holds are released). It
+// does nothing on a standard queue. It implements inbox.Order.
+func (b *Batch) Halt(i int) { b.w.halt(b.msgs[i]) }
+
+// Timeout returns Config.HandlerTimeout: how long the work of one message may run (0: no bound).
+// [Batch.Run] applies it; a handler that runs the work some other way (the inbox, which starts
+// each message's timeout at its turn) applies it itself.
+func (b *Batch) Timeout() time.Duration { return max(b.w.cfg.HandlerTimeout, 0) }
+
 // Len returns the number of messages in the batch.
 func (b *Batch) Len() int { return len(b.msgs) }
 
@@ -64,8 +93,13 @@ func (b *Batch) SetContext(i int, ctx context.Context) { b.ctxs[i] = ctx }
 
 // Run runs fn, the work of the i-th message, with ctx (which should descend from
 // [Batch.Context](i)) bounded by Config.HandlerTimeout from now. A panic in fn is recovered and
-// returned as a *[PanicError]. The time it takes is the message's handler duration.
+// returned as a *[PanicError]. The time it takes is the message's handler duration. It does not
+// run fn when [Batch.Runnable] refuses the message, and returns that error; when fn fails, it
+// halts the message's FIFO group ([Batch.Halt]).
 func (b *Batch) Run(ctx context.Context, i int, fn func(ctx context.Context) error) (err error) {
+	if err := b.Runnable(i); err != nil {
+		return err
+	}
 	w := b.w
 	hctx, cancel := ctx, context.CancelFunc(func() {})
 	if w.cfg.HandlerTimeout > 0 {
@@ -78,6 +112,9 @@ func (b *Batch) Run(ctx context.Context, i int, fn func(ctx context.Context) err
 		}
 		if hctx.Err() != nil {
 			b.causes[i] = context.Cause(hctx)
+		}
+		if err != nil {
+			b.Halt(i)
 		}
 		cancel()
 		w.metrics.Observe(HandlerDuration, time.Since(start))
@@ -99,8 +136,14 @@ func (w *Worker) processBatch(bh BatchHandler, msgs []*Message, ok []bool) {
 	b := &Batch{w: w}
 	idx := make([]int, 0, len(msgs)) // msgs index of each batch message
 	for i, m := range msgs {
-		if m.refused != nil || !w.attach(m, b) {
+		switch {
+		case behind(m):
+			// Behind a message of its group that is not done (not started, just above).
+			ok[i] = w.settle(m, errGroupHalted, nil)
+			continue
+		case m.refused != nil || !w.attach(m, b):
 			ok[i] = w.notStarted(m)
+			w.halt(m)
 			continue
 		}
 		idx = append(idx, i)

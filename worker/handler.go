@@ -33,3 +33,13 @@ func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ct
 type QueueChecker interface {
 	CheckQueue(ctx context.Context, q *Queue) error
 }
+
+// CapacityChecker is implemented by a handler whose calls each hold a resource of a bounded pool
+// while they run (the inbox handler: one database connection per call, a batch's included).
+// [Worker.Start] calls it, after the [QueueChecker], with Config.Concurrency, the most handler
+// calls the worker runs at once. A non-nil error is a warning: Start logs it and goes on, since
+// the worker still works, only slower (calls wait for the resource, and the wait counts against
+// the handler timeout).
+type CapacityChecker interface {
+	CheckCapacity(concurrency int) error
+}

@@ -20,6 +20,10 @@ type State struct {
 	PauseReason string `json:"pause_reason,omitempty"`
 	// PausedSince is when the pause began.
 	PausedSince time.Time `json:"paused_since,omitzero"`
+	// BrokenDeployment is true while the pause is for a broken deployment (a handler returned
+	// [BrokenDeployment]; for the inbox, a missing table, column, function or grant): readiness
+	// then fails at once, since waiting will not fix it.
+	BrokenDeployment bool `json:"broken_deployment,omitempty"`
 	// LastReceive is when a ReceiveMessage call last succeeded (with messages or without).
 	LastReceive time.Time `json:"last_receive,omitzero"`
 	// LastCommit is when a message was last processed (or found already done).
@@ -55,7 +59,7 @@ func (w *Worker) State() State {
 		st.Phase = "running"
 	}
 	st.Queue = q.Name
-	st.Paused, st.PauseReason, st.PausedSince = w.pause.state()
+	st.Paused, st.PauseReason, st.PausedSince, st.BrokenDeployment = w.pause.state()
 	st.LastReceive = unixTime(w.lastReceive.Load())
 	st.LastCommit = unixTime(w.lastCommit.Load())
 	st.LastProgress = unixTime(max(w.progress.Load(), w.sw.extended.Load(), w.startedAt.UnixNano()))
@@ -98,7 +102,8 @@ type HealthConfig struct {
 //     not fail it: the worker is alive and waiting. Point ECS's container health check here, so
 //     that ECS replaces a wedged task and leaves the others alone in an outage.
 //   - /readyz (readiness): 200 while running and not paused for longer than
-//     HealthConfig.MaxPause; 503 otherwise (stopping, or a dependency down). For dashboards and
+//     HealthConfig.MaxPause nor for a broken deployment; 503 otherwise (stopping, a dependency
+//     down, or a missing table or grant). For dashboards and
 //     load balancers, not for ECS's health check: in a database outage every task is not ready,
 //     and ECS would kill them all.
 //
@@ -143,9 +148,10 @@ func Live(st State, timeout time.Duration, now time.Time) bool {
 	return now.Sub(st.LastProgress) <= timeout
 }
 
-// Ready reports whether st is ready at now: running, and not paused for longer than maxPause.
+// Ready reports whether st is ready at now: running, and not paused for longer than maxPause, nor
+// paused for a broken deployment.
 func Ready(st State, maxPause time.Duration, now time.Time) bool {
-	if st.Phase != "running" {
+	if st.Phase != "running" || (st.Paused && st.BrokenDeployment) {
 		return false
 	}
 	return !st.Paused || now.Sub(st.PausedSince) <= maxPause

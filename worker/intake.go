@@ -166,8 +166,8 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 	}
 	for _, g := range groups(msgs) {
 		grp := &group{rest: g}
-		for _, m := range g {
-			m.group = grp
+		for i, m := range g {
+			m.group, m.pos = grp, i
 		}
 		w.pendingMu.Lock()
 		if w.pending == nil {
@@ -192,17 +192,23 @@ func (w *Worker) releasePending() {
 	w.pendingMu.Lock()
 	var all []*Message
 	for g := range w.pending {
-		all = append(all, g.take()...)
+		all = append(all, g.stop()...)
 	}
 	w.pending = nil
 	w.pendingMu.Unlock()
 	w.release(all, true)
 }
 
-// group is the messages of one FIFO group from one receive, not yet started.
+// group is the messages of one FIFO group from one receive, not yet started. It is where the
+// FIFO rule lives: once a message of the group is not done (it failed, was not started, or was
+// released), the group is halted, and none of its later messages runs in this delivery: they are
+// released, to come back in order after the one not done. Everything that decides a message's
+// fate asks the group (see Worker.halt and Batch.Runnable).
 type group struct {
-	mu   sync.Mutex
-	rest []*Message // emptied for good by take
+	mu     sync.Mutex
+	rest   []*Message // emptied for good by halt
+	halted bool
+	at     int // the position of the first message not done, once halted
 }
 
 // next removes and returns up to n messages from the front of the group.
@@ -222,14 +228,47 @@ func (g *group) len() int {
 	return len(g.rest)
 }
 
-// take empties the group and returns what it held.
-func (g *group) take() []*Message {
+// halt records that m is not done and returns the messages the group still held (all after m),
+// to release.
+func (g *group) halt(m *Message) []*Message {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.halted || m.pos < g.at {
+		g.halted, g.at = true, m.pos
+	}
+	rest := g.rest
+	g.rest = nil
+	return rest
+}
+
+// stop empties the group, at stop, and returns what it held.
+func (g *group) stop() []*Message {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	rest := g.rest
 	g.rest = nil
 	return rest
 }
+
+// behind reports whether m comes after a message of its group that is not done: it must not run.
+func (g *group) behind(m *Message) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.halted && m.pos > g.at
+}
+
+// halt applies the FIFO rule to m, a message that is not done: the later messages of its group
+// that the worker still holds are released (they must not overtake it), and those already in a
+// batch are not run (Batch.Runnable).
+func (w *Worker) halt(m *Message) {
+	if m.group != nil {
+		w.release(m.group.halt(m), true)
+	}
+}
+
+// behind reports whether m must not run: it comes after a message of its FIFO group that is not
+// done.
+func behind(m *Message) bool { return m.group != nil && m.group.behind(m) }
 
 // groups splits msgs by MessageGroupId, keeping their order.
 func groups(msgs []*Message) [][]*Message {
@@ -277,7 +316,7 @@ func (w *Worker) runner() {
 		if w.stopping.Load() {
 			w.release(buf, false)
 			for _, g := range carry {
-				w.release(g.take(), true)
+				w.release(g.stop(), true)
 			}
 			carry = carry[:0]
 			continue
@@ -296,9 +335,8 @@ func (w *Worker) runner() {
 		}
 		for i, m := range run {
 			w.slots.Release(1)
-			if !ok[i] && m.group != nil {
-				// Later messages of the group must not overtake the one not done.
-				w.release(m.group.take(), true)
+			if !ok[i] {
+				w.halt(m)
 			}
 		}
 		carry = slices.DeleteFunc(carry, func(g *group) bool {
@@ -377,26 +415,18 @@ func (w *Worker) gather(buf []*Message, n int, carry []*group, timer **time.Time
 // The rest of the FIFO group of a released message is released with it. It returns the messages
 // to run.
 func (w *Worker) holdBack(buf []*Message) []*Message {
-	_, _, since := w.pause.state()
+	_, _, since, _ := w.pause.state()
 	if since.IsZero() {
 		return buf
 	}
-	var out []*Message
-	var back []*Message
-	var halted map[*group]bool
+	var out, back []*Message
 	for _, m := range buf {
-		if !m.Received.Before(since) && !halted[m.group] {
+		if !m.Received.Before(since) && !behind(m) {
 			out = append(out, m)
 			continue
 		}
 		back = append(back, m)
-		if m.group != nil {
-			if halted == nil {
-				halted = map[*group]bool{}
-			}
-			halted[m.group] = true
-			w.release(m.group.take(), true)
-		}
+		w.halt(m)
 	}
 	w.release(back, false)
 	return out
@@ -421,7 +451,7 @@ func (w *Worker) drain() {
 		if it.m != nil {
 			w.release([]*Message{it.m}, true)
 		} else {
-			w.release(it.g.take(), true)
+			w.release(it.g.stop(), true)
 		}
 	}
 }

@@ -44,6 +44,7 @@ type Message struct {
 	arrived time.Time  // when the ReceiveMessage call that returned it came back (HeldWait counts from here)
 	refused error      // why the message cannot reach its handler (a malformed SNS envelope), or nil
 	group   *group     // on a FIFO queue, the messages of its group from the same receive
+	pos     int        // its place in group
 }
 
 // Attribute returns the string value of the message attribute name (a String or Number

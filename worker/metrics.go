@@ -48,11 +48,15 @@ const (
 	// BatchRetries counts batches rolled back as a whole and run again (for the inbox: a deadlock,
 	// a serialization failure, or a message's context ending during a statement).
 	BatchRetries Counter = "batch_retries"
+	// BrokenDeployments counts messages handed back because the deployment is broken
+	// ([BrokenDeployment]; for the inbox, a missing table, column, function or grant): they pause
+	// the worker and are not counted as failed.
+	BrokenDeployments Counter = "broken_deployments"
 )
 
 // Counters lists every [Counter], for adapters that register them up front.
 var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Blocked, Discarded, Released,
-	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors, Batches, BatchedMessages, RolledBack, BatchRetries}
+	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors, Batches, BatchedMessages, RolledBack, BatchRetries, BrokenDeployments}
 
 // Histogram names one of the worker's histograms of durations.
 type Histogram string

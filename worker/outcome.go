@@ -102,7 +102,10 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		w.sw.release([]*Message{m})
 		return false
 	}
-	var d time.Duration
+	var (
+		d      time.Duration
+		broken *DeploymentError
+	)
 	switch {
 	case errors.As(err, &blocked):
 		// Not a failure of the handler: another consumer holds the event's claim. Wait for it
@@ -114,17 +117,20 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 		d = blocked.After
 	case errors.As(err, &retry):
 		d = retry.After
+	case errors.As(err, &broken):
+		// Not a failure of the message: every message would meet the same broken deployment.
+		w.metrics.Add(BrokenDeployments, 1)
 	default:
 		w.metrics.Add(Failed, 1)
 		d = w.cfg.Backoff(m.ReceiveCount)
 	}
-	if errors.As(err, &unavail) {
+	if errors.As(err, &unavail) || broken != nil {
 		// Keep the message away past the next pause too (pauses grow about twofold), so that the
 		// next probe is another message and no single one runs up its receive count: kept away
 		// only as long as this pause, a failed probe came back just as the next probe was made,
 		// and on a server that returns the oldest visible message first (GoAws) it was probed
 		// again and again (postgres-restart once dead-lettered a message so, maxReceiveCount 10).
-		d = max(d, 3*w.pause.fail(w.log, err)+time.Second)
+		d = max(d, 3*w.pause.fail(w.log, err, broken != nil)+time.Second)
 	}
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
@@ -138,7 +144,7 @@ func (w *Worker) settle(m *Message, err error, cause error) bool {
 	}
 	if retry == nil && blocked == nil {
 		level := slog.LevelWarn
-		if unavail != nil {
+		if unavail != nil || broken != nil {
 			level = slog.LevelDebug // the pause's own line says it once
 		}
 		w.log.Log(context.Background(), level, "worker: message failed; it will be delivered again", "message_id", m.ID,

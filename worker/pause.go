@@ -26,18 +26,27 @@ func sleep(ctx context.Context, d time.Duration) error {
 // pauser pauses all pollers while a dependency is unavailable. A pause is logged once when it
 // begins (Warn) and once when the first success ends it (Info), however many probes fail between.
 type pauser struct {
-	fails atomic.Int64
-	mu    sync.Mutex
-	until time.Time
-	since time.Time // when the current outage began, or zero
-	why   string    // the error that began it
+	fails  atomic.Int64
+	mu     sync.Mutex
+	until  time.Time
+	since  time.Time // when the current outage began, or zero
+	why    string    // the error that began it
+	broken bool      // a broken deployment is among its causes (BrokenDeployment)
 }
 
-// fail starts a pause, unless one is on, and returns how long the pause lasts from now.
-func (p *pauser) fail(log *slog.Logger, err error) time.Duration {
+// fail starts a pause, unless one is on, and returns how long the pause lasts from now. broken
+// says err is a broken deployment: it is logged once at Error level.
+func (p *pauser) fail(log *slog.Logger, err error, broken bool) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
+	logged := false
+	if broken && !p.broken {
+		p.broken, logged = true, true
+		p.why = err.Error()
+		log.Error("worker: broken deployment: every message would fail the same way; pausing receives, then probing one "+
+			"message at a time until one succeeds (check the migrations and grants of this release)", "error", err)
+	}
 	if now.Before(p.until) {
 		return p.until.Sub(now) // already paused
 	}
@@ -46,7 +55,9 @@ func (p *pauser) fail(log *slog.Logger, err error) time.Duration {
 	p.until = now.Add(d)
 	if p.since.IsZero() {
 		p.since, p.why = now, err.Error()
-		log.Warn("worker: a dependency is unavailable; pausing receives, then probing one message at a time", "pause", d, "error", err)
+		if !logged {
+			log.Warn("worker: a dependency is unavailable; pausing receives, then probing one message at a time", "pause", d, "error", err)
+		}
 	} else {
 		log.Debug("worker: the dependency is still unavailable; pausing again", "pause", d, "consecutive", n, "error", err)
 	}
@@ -68,17 +79,18 @@ func (p *pauser) ok(log *slog.Logger) {
 	log.Info("worker: the dependency is back; receives resumed", "outage", time.Since(p.since).Round(time.Millisecond),
 		"failed_probes", p.fails.Load())
 	p.fails.Store(0)
-	p.until, p.since, p.why = time.Time{}, time.Time{}, ""
+	p.until, p.since, p.why, p.broken = time.Time{}, time.Time{}, "", false
 }
 
-// state reports whether a pause is on, why, and since when.
-func (p *pauser) state() (paused bool, why string, since time.Time) {
+// state reports whether a pause is on, why, since when, and whether a broken deployment is
+// among its causes.
+func (p *pauser) state() (paused bool, why string, since time.Time, broken bool) {
 	if p.fails.Load() == 0 {
-		return false, "", time.Time{}
+		return false, "", time.Time{}, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.since.IsZero(), p.why, p.since
+	return !p.since.IsZero(), p.why, p.since, p.broken
 }
 
 func (p *pauser) wait(ctx context.Context) error {

@@ -102,6 +102,26 @@ func Unavailable(err error) error {
 	return &UnavailableError{Err: err}
 }
 
+// DeploymentError is the result of [BrokenDeployment].
+type DeploymentError struct{ Err error }
+
+func (e *DeploymentError) Error() string { return "worker: broken deployment: " + e.Err.Error() }
+func (e *DeploymentError) Unwrap() error { return e.Err }
+
+// BrokenDeployment is returned by a handler whose work failed because the deployment is broken,
+// not because of the message: a table, column, function or grant that does not exist (the inbox
+// handler returns it for those PostgreSQL errors). Every message would fail the same way, so the
+// worker pauses its pollers as for [Unavailable] (probing one message at a time until one
+// succeeds), logs what it was told once at Error level, and reports it in [State]
+// (BrokenDeployment: the readiness check fails at once). The message is not counted as failed
+// (it is counted in [BrokenDeployments]) and comes back after the pause.
+func BrokenDeployment(err error) error {
+	if err == nil {
+		err = errors.New("unknown")
+	}
+	return &DeploymentError{Err: err}
+}
+
 // PanicError is the error a panicking handler becomes: its Value is what the handler panicked
 // with, its Stack the goroutine's stack at the panic, and Unwrap returns the value if it is an
 // error. It is the same type as inbox.PanicError.

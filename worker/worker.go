@@ -236,6 +236,11 @@ func (w *Worker) prepare(ctx context.Context) (*Queue, time.Duration, *slog.Logg
 			return nil, 0, nil, fmt.Errorf("worker: start-up check of queue %s: %w", q.Name, err)
 		}
 	}
+	if cc, ok := w.cfg.Handler.(CapacityChecker); ok {
+		if err := cc.CheckCapacity(w.cfg.Concurrency); err != nil {
+			log.Warn("worker: the handler's resources are short of the concurrency; it runs, but slower", "concurrency", w.cfg.Concurrency, "warning", err)
+		}
+	}
 	return q, vis, log, nil
 }
 

@@ -18,7 +18,7 @@ import (
 type Func func(ctx context.Context, tx pgx.Tx, m *worker.Message) error
 
 // Handler is a [worker.Handler] that runs a [Func] at most once per event key, with an
-// [inbox.Inbox]. It also implements [worker.QueueChecker].
+// [inbox.Inbox]. It also implements [worker.QueueChecker] and [worker.CapacityChecker].
 type Handler struct {
 	ib   *inbox.Inbox
 	name string
@@ -72,13 +72,19 @@ func (h *Handler) result(ctx context.Context, out inbox.Outcome, err error) erro
 		return worker.ErrDuplicate
 	case err == nil:
 		return nil
+	case errors.Is(err, worker.ErrNotRun):
+		return err // refused by the batch's order (FIFO)
+	case errors.Is(err, inbox.ErrBrokenDeployment):
+		return worker.BrokenDeployment(err)
+	case errors.Is(err, inbox.ErrTimeout):
+		return fmt.Errorf("%w: %w", worker.ErrHandlerTimeout, err)
 	case ctx.Err() != nil:
 		return err
 	case errors.Is(err, inbox.ErrClaimBlocked):
 		return worker.RetryBlocked(h.ib.BlockedRetryDelay(), err)
 	case errors.Is(err, inbox.ErrConnectionLost):
 		return worker.Unavailable(err)
-	case errors.Is(err, inbox.ErrGroupHalted), errors.Is(err, inbox.ErrTwinNotProcessed):
+	case errors.Is(err, inbox.ErrTwinNotProcessed), errors.Is(err, inbox.ErrBatchStopped):
 		return fmt.Errorf("%w: %w", worker.ErrNotRun, err)
 	}
 	return err
@@ -86,32 +92,26 @@ func (h *Handler) result(ctx context.Context, out inbox.Outcome, err error) erro
 
 // HandleBatch implements [worker.BatchHandler]: the messages of b run in one transaction of the
 // inbox ([inbox.Inbox.RunBatch]), each in a savepoint of its own, with one COMMIT. Each message's
-// result is what [Handler.Handle] would return for it; a message whose work failed is rolled back
-// alone and takes the failure path, and the others commit. On a FIFO queue, a message whose key is
-// missing or whose work fails halts the rest of its group in the batch ([worker.ErrNotRun]).
+// result is what [Handler.Handle] would return for it (the inbox's outcome table): a message whose
+// work failed is rolled back alone and takes the failure path, and the others commit. Each
+// message's work is bounded by the worker's handler timeout from its own turn. On a FIFO queue,
+// b orders the batch (it is the inbox's Order): a message without a key, or whose work fails,
+// halts the rest of its group ([worker.ErrNotRun]).
 func (h *Handler) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 	res := make([]error, b.Len())
 	items := make([]inbox.Item, 0, b.Len())
 	idx := make([]int, 0, b.Len())
-	var halted map[string]bool
 	for i := range b.Len() {
 		m := b.Message(i)
-		if m.GroupID != "" && halted[m.GroupID] {
-			res[i] = fmt.Errorf("%w: %w", worker.ErrNotRun, inbox.ErrGroupHalted)
-			continue
-		}
 		key, err := h.key(m)
 		if err != nil {
-			res[i] = fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
-			if m.GroupID != "" {
-				if halted == nil {
-					halted = map[string]bool{}
-				}
-				halted[m.GroupID] = true
+			if res[i] = b.Runnable(i); res[i] == nil {
+				res[i] = fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
+				b.Halt(i)
 			}
 			continue
 		}
-		items = append(items, inbox.Item{Key: key, Group: m.GroupID, Ctx: b.Context(i),
+		items = append(items, inbox.Item{Handler: h.name, Key: key, Ctx: b.Context(i), Timeout: b.Timeout(),
 			Fn: func(ctx context.Context, tx pgx.Tx) error {
 				return b.Run(ctx, i, func(ctx context.Context) error { return h.fn(ctx, tx, m) })
 			}})
@@ -120,7 +120,7 @@ func (h *Handler) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 	if len(items) == 0 {
 		return res
 	}
-	results, st := h.ib.RunBatch(ctx, h.name, items)
+	results, st := h.ib.RunBatch(ctx, items, itemOrder{b, idx})
 	for j, r := range results {
 		i := idx[j]
 		res[i] = h.result(b.Context(i), r.Outcome, r.Err)
@@ -129,6 +129,15 @@ func (h *Handler) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 	b.Count(worker.BatchRetries, st.Retries)
 	return res
 }
+
+// itemOrder is b as the order of the inbox's items: item j is message idx[j] of b.
+type itemOrder struct {
+	b   *worker.Batch
+	idx []int
+}
+
+func (o itemOrder) Runnable(j int) error { return o.b.Runnable(o.idx[j]) }
+func (o itemOrder) Halt(j int)           { o.b.Halt(o.idx[j]) }
 
 // minMaxReceiveCount is the smallest maxReceiveCount with which an event survives a consumer
 // frozen while it holds the event's claim: the delivery to the frozen consumer, one redelivery
@@ -155,6 +164,23 @@ func (h *Handler) CheckQueue(ctx context.Context, q *worker.Queue) error {
 			q.Name, q.MaxReceiveCount, minMaxReceiveCount, h.ib.IdleInTransactionTimeout())
 	}
 	return h.ib.CheckRetention(q.RedeliveryHorizon())
+}
+
+// CheckCapacity implements [worker.CapacityChecker]: it warns when the inbox's pool holds fewer
+// connections than the worker's concurrency plus one. Each handler call (a batch included) holds a
+// connection for its transaction, and the inbox's purge loop ([inbox.Inbox.PurgeLoop]) takes one
+// more when it shares the pool; short of that, calls wait for a connection, and the wait counts
+// against the handler timeout. The pool's size is pgxpool's MaxConns: pool_max_conns in the
+// connection string, else pgxpool's default of max(4, the number of CPUs).
+func (h *Handler) CheckCapacity(concurrency int) error {
+	have := h.ib.Pool().Config().MaxConns
+	if need := int32(concurrency) + 1; have < need {
+		return fmt.Errorf("inboxhandler: the database pool holds at most %d connections (pgxpool MaxConns: pool_max_conns "+
+			"in the connection string, else max(4, CPUs)), but the worker runs up to %d handler calls at once (worker "+
+			"Config.Concurrency), each holding a connection for its transaction, and the purge loop needs one more: "+
+			"set pool_max_conns=%d or more, or lower Concurrency to %d", have, concurrency, need, max(have-1, 1))
+	}
+	return nil
 }
 
 // LogValue describes the handler for the worker's start-up log line: its name and the inbox's

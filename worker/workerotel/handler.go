@@ -43,7 +43,7 @@ var awsTraceHeader = string(types.MessageSystemAttributeNameAWSTraceHeader)
 //
 //	h = workerotel.Middleware("orders", nil)(h)
 //
-// The returned handler passes [worker.QueueChecker] and [log/slog.LogValuer] through to the one
+// The returned handler passes [worker.QueueChecker], [worker.CapacityChecker] and [log/slog.LogValuer] through to the one
 // it wraps, so the inbox handler's start-up checks still run.
 func Middleware(queue string, cfg *Config) func(worker.Handler) worker.Handler {
 	c := configOrZero(cfg)
@@ -177,6 +177,14 @@ func (h *handler) Handle(ctx context.Context, m *worker.Message) (err error) {
 func (h *handler) CheckQueue(ctx context.Context, q *worker.Queue) error {
 	if qc, ok := h.next.(worker.QueueChecker); ok {
 		return qc.CheckQueue(ctx, q)
+	}
+	return nil
+}
+
+// CheckCapacity runs the wrapped handler's [worker.CapacityChecker], if it has one.
+func (h *handler) CheckCapacity(concurrency int) error {
+	if cc, ok := h.next.(worker.CapacityChecker); ok {
+		return cc.CheckCapacity(concurrency)
 	}
 	return nil
 }

@@ -209,11 +209,11 @@ func (b *bench) inboxBatched(ctx context.Context, n, c, size int) (float64, prog
 				items = items[:0]
 				for i := lo; i <= min(hi, int64(n)); i++ {
 					key := fmt.Sprintf("r%d-%d", r, i)
-					items = append(items, inbox.Item{Key: key, Fn: func(ctx context.Context, tx pgx.Tx) error {
+					items = append(items, inbox.Item{Handler: handler, Key: key, Fn: func(ctx context.Context, tx pgx.Tx) error {
 						return b.effect(ctx, tx, key)
 					}})
 				}
-				res, _ := b.ib.RunBatch(ctx, handler, items)
+				res, _ := b.ib.RunBatch(ctx, items, nil)
 				for _, x := range res {
 					if x.Err != nil {
 						firstErr.CompareAndSwap(nil, x.Err)
