@@ -71,9 +71,12 @@ type PanicError = panics.Error
 // transaction holds an uncommitted claim for the same pair, the insert waits for it: a commit
 // there makes this a duplicate, a rollback makes this the one that runs.
 //
-// If fn returns an error or panics, or ctx ends before the commit, everything rolls back, the
-// claim included, and Run returns the error (a panic as a *[PanicError], a cancelled context as
-// its cause). A failed COMMIT whose outcome is unknown wraps [ErrCommitUnknown].
+// If fn fails, everything rolls back, the claim included, and Run returns why: what fn returned,
+// a panic as a *[PanicError], a context that ended before the commit as its cause, and what the
+// transaction fn was given shows (a swallowed statement error, rows left open, a Rollback, a
+// broken deployment): the package doc's outcome table, which [Inbox.RunBatch] follows too. fn's
+// own call of Commit commits nothing yet: Run commits its work with the claim. A failed COMMIT
+// whose outcome is unknown wraps [ErrCommitUnknown].
 //
 // fn's ctx carries the handler and key: see [EventKey] and [StepKey].
 func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {

@@ -29,8 +29,8 @@ type verdict struct {
 // verdict decides, once the function has returned fnErr, what its item came to. ctx is the context
 // the function ran with. The decision comes from the record and the connection, in this order:
 //
-//  1. the connection is gone: the item's own failure if its context (or the failed statement's)
-//     had ended, else [ErrConnectionLost];
+//  1. the connection is gone (or left busy for good): the item's own failure if its context (or
+//     the failed statement's) had ended or it left rows open, else [ErrConnectionLost];
 //  2. its context ended (its timeout, a lost lease, a stop): that cause;
 //  3. the statement that failed last says the deployment is broken: a *[DeploymentError];
 //  4. it says deadlock or serialization failure: retry the transaction;
@@ -47,9 +47,14 @@ func (t *watchedTx) verdict(ctx context.Context, fnErr error) verdict {
 	if cause == nil {
 		cause = t.rec.ctxCause // a statement's own context (a deadline the function set itself)
 	}
-	if pgtx.ConnLost(t.tx) {
+	if pgtx.ConnLost(t.tx) || t.busy() {
 		if cause != nil {
 			return verdict{err: causeErr(cause, fnErr), lost: true, own: true}
+		}
+		if open > 0 && t.busy() {
+			// pgx leaves a connection busy for good when a statement was sent while rows were
+			// open and its cached statement had to be dropped: unusable, by the function's doing.
+			return verdict{err: fmt.Errorf("%w: %w", ErrRowsOpen, cmp.Or(fnErr, closeErr, errors.New("the connection is left busy"))), lost: true, own: true}
 		}
 		why := cmp.Or(fnErr, closeErr, errors.New("the connection closed while the function ran"))
 		return verdict{err: fmt.Errorf("%w: %w", ErrConnectionLost, why), lost: true}
@@ -86,6 +91,13 @@ func (t *watchedTx) verdict(ctx context.Context, fnErr error) verdict {
 		return verdict{err: &TxAbortedError{Err: last}}
 	}
 	return verdict{err: fmt.Errorf("%w (%d left open; closed by the inbox)", ErrRowsOpen, open)}
+}
+
+// busy reports whether the connection is still in the middle of a result: nothing more can be sent
+// on it.
+func (t *watchedTx) busy() bool {
+	c := t.tx.Conn()
+	return c != nil && c.PgConn() != nil && c.PgConn().IsBusy()
 }
 
 // aborted reports whether the transaction is in the failed state: a statement failed and

@@ -45,11 +45,13 @@ var ErrNotRun = errors.New("worker: message not run")
 
 // Batch is the messages of one [BatchHandler.HandleBatch] call.
 type Batch struct {
-	w       *Worker
 	msgs    []*Message
 	ctxs    []context.Context
 	cancels []context.CancelCauseFunc
 	causes  []error // why Run's context of each message ended (its handler timeout), if it did
+	timeout time.Duration
+	metrics Metrics
+	halt    func(m *Message) // the FIFO rule for a message not done (Worker.halt)
 }
 
 // Runnable returns nil when the i-th message may run now, or an error wrapping [ErrNotRun] when
@@ -68,12 +70,12 @@ var errGroupHalted = fmt.Errorf("%w: an earlier message of its FIFO group was no
 // Halt says that the i-th message is not done: the later messages of its FIFO group will not run
 // (in this batch, [Batch.Runnable] refuses them; those the worker still holds are released). It
 // does nothing on a standard queue. It implements inbox.Order.
-func (b *Batch) Halt(i int) { b.w.halt(b.msgs[i]) }
+func (b *Batch) Halt(i int) { b.halt(b.msgs[i]) }
 
 // Timeout returns Config.HandlerTimeout: how long the work of one message may run (0: no bound).
 // [Batch.Run] applies it; a handler that runs the work some other way (the inbox, which starts
 // each message's timeout at its turn) applies it itself.
-func (b *Batch) Timeout() time.Duration { return max(b.w.cfg.HandlerTimeout, 0) }
+func (b *Batch) Timeout() time.Duration { return b.timeout }
 
 // Len returns the number of messages in the batch.
 func (b *Batch) Len() int { return len(b.msgs) }
@@ -100,10 +102,9 @@ func (b *Batch) Run(ctx context.Context, i int, fn func(ctx context.Context) err
 	if err := b.Runnable(i); err != nil {
 		return err
 	}
-	w := b.w
 	hctx, cancel := ctx, context.CancelFunc(func() {})
-	if w.cfg.HandlerTimeout > 0 {
-		hctx, cancel = context.WithTimeoutCause(ctx, w.cfg.HandlerTimeout, ErrHandlerTimeout)
+	if b.timeout > 0 {
+		hctx, cancel = context.WithTimeoutCause(ctx, b.timeout, ErrHandlerTimeout)
 	}
 	start := time.Now()
 	defer func() {
@@ -117,7 +118,7 @@ func (b *Batch) Run(ctx context.Context, i int, fn func(ctx context.Context) err
 			b.Halt(i)
 		}
 		cancel()
-		w.metrics.Observe(HandlerDuration, time.Since(start))
+		b.metrics.Observe(HandlerDuration, time.Since(start))
 	}()
 	return fn(hctx)
 }
@@ -126,14 +127,14 @@ func (b *Batch) Run(ctx context.Context, i int, fn func(ctx context.Context) err
 // ([RolledBack], [BatchRetries]).
 func (b *Batch) Count(c Counter, n int) {
 	if n != 0 {
-		b.w.metrics.Add(c, n)
+		b.metrics.Add(c, n)
 	}
 }
 
 // processBatch runs a batch of messages through the batch handler and settles each. It returns,
 // per message of msgs, whether it is done.
 func (w *Worker) processBatch(bh BatchHandler, msgs []*Message, ok []bool) {
-	b := &Batch{w: w}
+	b := &Batch{timeout: max(w.cfg.HandlerTimeout, 0), metrics: w.metrics, halt: w.halt}
 	idx := make([]int, 0, len(msgs)) // msgs index of each batch message
 	for i, m := range msgs {
 		switch {
@@ -184,7 +185,11 @@ func (w *Worker) attach(m *Message, b *Batch) bool {
 
 // callBatch calls HandleBatch, turning a panic or a wrong number of results into an error for
 // every message.
-func (w *Worker) callBatch(bh BatchHandler, b *Batch) (results []error) {
+func (w *Worker) callBatch(bh BatchHandler, b *Batch) []error {
+	return callBatch(w.workCtx, bh, b)
+}
+
+func callBatch(parent context.Context, bh BatchHandler, b *Batch) (results []error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err := panics.Recovered(v)
@@ -195,10 +200,10 @@ func (w *Worker) callBatch(bh BatchHandler, b *Batch) (results []error) {
 		}
 	}()
 	// The batch's own work (for the inbox: its claim, savepoints and COMMIT) is bounded as its
-	// messages' handlers are: each has HandlerTimeout, and they run one after another.
-	ctx, cancel := w.workCtx, context.CancelFunc(func() {})
-	if w.cfg.HandlerTimeout > 0 {
-		ctx, cancel = context.WithTimeoutCause(w.workCtx, time.Duration(b.Len())*w.cfg.HandlerTimeout, ErrHandlerTimeout)
+	// messages' handlers are: each has the handler timeout, and they run one after another.
+	ctx, cancel := parent, context.CancelFunc(func() {})
+	if b.timeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(parent, time.Duration(b.Len())*b.timeout, ErrHandlerTimeout)
 	}
 	defer cancel()
 	results = bh.HandleBatch(ctx, b)
@@ -210,4 +215,55 @@ func (w *Worker) callBatch(bh BatchHandler, b *Batch) (results []error) {
 		}
 	}
 	return results
+}
+
+// RunBatch hands msgs to h in one HandleBatch call, as the worker does with a batch it has
+// received, and returns each message's result (see [Handler] for what each means to the worker).
+// Each message's work gets a context of its own, descending from ctx, and timeout as its handler
+// timeout (0: none); a panic becomes a *[PanicError]; messages with a GroupID keep the FIFO rule
+// (a message not done halts the later ones of its group, whose result then wraps [ErrNotRun]). It
+// is the worker's batch less the SQS side (leases, deletes, retries): the test kit
+// (inboxhandler/handlertest) delivers through it. msgs are copied; at most [MaxHandlerBatch].
+func RunBatch(ctx context.Context, h BatchHandler, msgs []*Message, timeout time.Duration) []error {
+	if len(msgs) > MaxHandlerBatch {
+		err := fmt.Errorf("worker: RunBatch got %d messages; at most %d (MaxHandlerBatch)", len(msgs), MaxHandlerBatch)
+		results := make([]error, len(msgs))
+		for i := range results {
+			results[i] = err
+		}
+		return results
+	}
+	b := &Batch{timeout: max(timeout, 0), metrics: nopMetrics{}, halt: func(m *Message) {
+		if m.group != nil {
+			m.group.halt(m)
+		}
+	}}
+	copies := make([]*Message, len(msgs))
+	for i, m := range msgs {
+		c := *m
+		c.lease, c.group, c.pos = nil, nil, 0
+		copies[i] = &c
+	}
+	for _, g := range groups(copies) {
+		if g[0].GroupID == "" {
+			continue
+		}
+		grp := &group{}
+		for i, m := range g {
+			m.group, m.pos = grp, i
+		}
+	}
+	for _, m := range copies {
+		mctx, cancel := context.WithCancelCause(ctx)
+		b.msgs = append(b.msgs, m)
+		b.ctxs = append(b.ctxs, mctx)
+		b.cancels = append(b.cancels, cancel)
+		b.causes = append(b.causes, nil)
+	}
+	defer func() {
+		for _, cancel := range b.cancels {
+			cancel(nil)
+		}
+	}()
+	return callBatch(ctx, h, b)
 }

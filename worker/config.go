@@ -174,8 +174,10 @@ type Config struct {
 
 	// SNS says whether messages that arrive in an SNS notification envelope (a topic subscription
 	// without raw message delivery) are unwrapped, so that the handler sees the published body and
-	// message attributes, and Message.SNS the topic, SNS message id, subject and timestamp. The
-	// zero value is SNSAuto; see [SNSMode].
+	// message attributes, and Message.SNS the topic, SNS message id, subject and timestamp. Only a
+	// message without SQS message attributes is unwrapped (SNS sets none on an envelope), so a
+	// body can never replace the message's own attributes. The zero value is SNSAuto; see
+	// [SNSMode].
 	SNS SNSMode
 
 	// StartTimeout bounds [Worker.Start]: reading the queue's and its dead-letter queue's

@@ -38,14 +38,20 @@
 // # FIFO queues
 //
 // On a FIFO queue, the messages of one MessageGroupId from a receive stay with one runner and run
-// in order, inside a batch and across batches; groups run in parallel. The ones waiting behind a running head keep their lease. When one
-// fails, the later ones of its group are released (visibility 0) rather than run.
+// in order, inside a batch and across batches; groups run in parallel. The ones waiting behind a
+// running head keep their lease. When one is not done (it failed, or it did not start: a refused
+// SNS envelope, a lease lost while it waited, a message held past Config.MaxHold), the later ones
+// of its group are released (visibility 0) rather than run, in its batch too: the rule lives in
+// the worker's group, and [Batch.Runnable] and [Batch.Halt] give it to batch handlers (the
+// inbox's batch follows it as its order).
 //
 // # Start and stop
 //
 // [Worker.Start] reads the queue's attributes ([Queue]) and its dead-letter queue's retention,
 // refuses a queue whose visibility timeout is 0, warns when there is no redrive policy, and runs
-// the handler's [QueueChecker], all within Config.StartTimeout. [Worker.Stop] stops receiving,
+// the handler's [QueueChecker], all within Config.StartTimeout, and logs a warning when the
+// handler's [CapacityChecker] finds its resources short of Config.Concurrency (for the inbox: a
+// database pool smaller than Concurrency plus one). [Worker.Stop] stops receiving,
 // releases what has not started, lets handlers finish for up to Config.ShutdownTimeout, flushes
 // the deletes, and returns when no goroutine of the worker is left. [Worker.StopAndCancel]
 // cancels the handlers at once. Each logs one line at Info level. The worker installs no signal

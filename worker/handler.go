@@ -11,6 +11,8 @@ import "context"
 //   - [RetryBlocked]: likewise, for work another consumer holds; counted as [Blocked], not failed.
 //   - [Unavailable]: as any error, and the pollers pause, with growing backoff, then probe one
 //     message at a time until a handler succeeds (a dependency every message needs is down).
+//   - [BrokenDeployment]: as [Unavailable], but not counted as a failure, logged once at Error
+//     level, and failing readiness at once (a missing table, column or grant).
 //   - any other error, a panic ([PanicError]) or a timeout: the message is delivered again after
 //     the backoff of its ApproximateReceiveCount (Config.Backoff) and reaches the dead-letter
 //     queue through the queue's redrive policy.

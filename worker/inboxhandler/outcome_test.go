@@ -167,8 +167,12 @@ func TestOutcomeTable(t *testing.T) {
 						st := w.State()
 						return st.Paused, fmt.Sprintf("state %+v", st)
 					})
-					if st := w.State(); !strings.Contains(st.PauseReason, "42P01") {
-						t.Errorf("pause reason %q, want one naming SQLSTATE 42P01", st.PauseReason)
+					if st := w.State(); !strings.Contains(st.PauseReason, "42P01") || !st.BrokenDeployment || worker.Ready(st, time.Hour, time.Now()) {
+						t.Errorf("state %+v: want a pause for a broken deployment naming SQLSTATE 42P01, and not ready", st)
+					}
+					// Once per pause: a probe of a good event ends a pause, and evt-bad, back, begins one.
+					if n, back := logs.count("ERROR worker: broken deployment"), logs.count("INFO worker: the dependency is back"); n < 1 || n > back+1 {
+						t.Errorf("%d Error lines for the broken deployment over %d pauses ended; want one per pause; logged:\n%s", n, back, logs)
 					}
 					if _, err := b.pool.Exec(t.Context(), `CREATE TABLE `+late+` (event_id text)`); err != nil {
 						t.Fatal(err)
@@ -254,6 +258,19 @@ func (l *logCapture) has(msg, text string) bool {
 		}
 	}
 	return false
+}
+
+// count returns the number of lines that begin with prefix.
+func (l *logCapture) count(prefix string) int {
+	l.sink.mu.Lock()
+	defer l.sink.mu.Unlock()
+	n := 0
+	for _, s := range l.sink.lines {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 func (l *logCapture) String() string {
