@@ -4,63 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/inbox/inboxtest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler/handlertest"
 )
-
-// These tests use a real PostgreSQL (pgtest) and no SQS server.
-
-var db *pgtest.Server
-
-func TestMain(m *testing.M) {
-	var err error
-	if db, err = pgtest.Start(context.Background(), "handlertest"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	db.Close()
-	os.Exit(code)
-}
-
-// setupWarehouse stands for the user's own test setup: a pool on a test database, the inbox
-// migrated, and their table.
-func setupWarehouse(t *testing.T) *inbox.Inbox {
-	t.Helper()
-	schema := strings.ToLower(fmt.Sprintf("t_%d_%s", os.Getpid(), t.Name()[len("Test"):]))
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema // the user's tables, unqualified
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := inbox.Migrate(t.Context(), pool, schema); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(t.Context(), `CREATE TABLE `+schema+`.pick_tasks (order_id text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	ib, err := inbox.New(pool, &inbox.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ib
-}
 
 type orderPaid struct {
 	ID      string `json:"id"`
@@ -80,44 +33,50 @@ var pick = inboxhandler.JSON(func(ctx context.Context, tx pgx.Tx, _ *worker.Mess
 	return err
 })
 
-func count(t *testing.T, ib *inbox.Inbox, orderID string) int {
+// count returns the number of pick tasks of an order.
+func count(t *testing.T, db *inboxtest.DB, orderID string) int {
 	t.Helper()
 	var n int
-	err := ib.Pool().QueryRow(t.Context(), `SELECT count(*) FROM `+ib.Schema()+`.pick_tasks WHERE order_id = $1`, orderID).Scan(&n)
-	if err != nil {
+	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pick_tasks WHERE order_id = $1`, orderID).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
+// TestPickTaskOnce delivers one event five times, three redeliveries and twice in one batch:
+// five acks, one pick task. It uses PostgreSQL (inboxtest); no SQS server.
 // README: handler-test
 func TestPickTaskOnce(t *testing.T) {
-	ib := setupWarehouse(t) // your own: a test database, the inbox migrated, your tables
-	h, err := inboxhandler.New(ib, "warehouse", nil, pick)
+	db := inboxtest.New(t, inboxtest.WithSQL(`CREATE TABLE pick_tasks (order_id text NOT NULL)`))
+	h, err := inboxhandler.New(db.Inbox, "warehouse", nil, pick)
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs := handlertest.Deliver(t, h, handlertest.Message(`{"id":"evt_9f3k","order_id":"o-1"}`), 5)
+	m := handlertest.Message(`{"id":"evt_9f3k","order_id":"o-1"}`)
+	outs := handlertest.Deliver(t, h, m, 3)                      // redelivered, as the worker runs it
+	outs = append(outs, handlertest.DeliverBatch(t, h, m, m)...) // twice in one batch
 	want := []handlertest.Outcome{"processed", "duplicate", "duplicate", "duplicate", "duplicate"}
-	if got := handlertest.Outcomes(outs); !slices.Equal(got, want) || count(t, ib, "o-1") != 1 {
-		t.Fatalf("outcomes %v, %d pick tasks; want %v and 1", got, count(t, ib, "o-1"), want)
+	if got := handlertest.Outcomes(outs); !slices.Equal(got, want) || count(t, db, "o-1") != 1 {
+		t.Fatalf("outcomes %v, %d pick tasks; want %v and 1", got, count(t, db, "o-1"), want)
 	}
 }
 
 // TestOutcomes: a new event id is processed again; a body that does not decode or validate is a
-// failure (retried, then the DLQ) and never reaches the function; a missing key fails too.
+// failure (retried, then the DLQ) and never reaches the function; a missing key fails too; a
+// panic fails; a missing table is a broken deployment. OutcomeOf classifies each result as the
+// worker does. It uses PostgreSQL (inboxtest); no SQS server.
 func TestOutcomes(t *testing.T) {
-	ib := setupWarehouse(t)
-	h, err := inboxhandler.New(ib, "warehouse", nil, pick)
+	t.Parallel()
+	db := inboxtest.New(t, inboxtest.WithSQL(`CREATE TABLE pick_tasks (order_id text NOT NULL)`))
+	h, err := inboxhandler.New(db.Inbox, "warehouse", nil, pick)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := h
-	handlertest.Deliver(t, hs, handlertest.Message(`{"id":"evt_1","order_id":"o-2"}`), 2)
-	if d := handlertest.Deliver(t, hs, handlertest.Message(`{"id":"evt_2","order_id":"o-2"}`), 1); d[0].Outcome != handlertest.Processed {
+	handlertest.Deliver(t, h, handlertest.Message(`{"id":"evt_1","order_id":"o-2"}`), 2)
+	if d := handlertest.Deliver(t, h, handlertest.Message(`{"id":"evt_2","order_id":"o-2"}`), 1); d[0].Outcome != handlertest.Processed {
 		t.Errorf("a second event: %v", d)
 	}
-	if n := count(t, ib, "o-2"); n != 2 {
+	if n := count(t, db, "o-2"); n != 2 {
 		t.Errorf("%d pick tasks for two events, want 2", n)
 	}
 	for name, body := range map[string]string{
@@ -131,7 +90,7 @@ func TestOutcomes(t *testing.T) {
 		if name == "the key in attribute" {
 			m = handlertest.Message(body, "event_id", "evt_6")
 		}
-		d := handlertest.Deliver(t, hs, m, 1)[0]
+		d := handlertest.Deliver(t, h, m, 1)[0]
 		if d.Outcome != handlertest.Failed {
 			t.Errorf("%s: %v, want failed", name, d)
 		}
@@ -139,15 +98,43 @@ func TestOutcomes(t *testing.T) {
 			t.Errorf("%s: %v, want ErrBadBody", name, d.Err)
 		}
 	}
-	if n := count(t, ib, "o-3"); n != 0 {
+	if n := count(t, db, "o-3"); n != 0 {
 		t.Errorf("a message without a key had an effect")
 	}
+
+	panicky, err := inboxhandler.New(db.Inbox, "panicky", nil, func(context.Context, pgx.Tx, *worker.Message) error {
+		panic("boom")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *worker.PanicError
+	if d := handlertest.Deliver(t, panicky, handlertest.Message(`{"id":"evt_7"}`), 1)[0]; d.Outcome != handlertest.Failed || !errors.As(d.Err, &pe) {
+		t.Errorf("a panic: %v, want failed with a *worker.PanicError", d)
+	}
+
+	broken, err := inboxhandler.New(db.Inbox, "broken", nil, func(ctx context.Context, tx pgx.Tx, _ *worker.Message) error {
+		_, err := tx.Exec(ctx, `INSERT INTO no_such_table VALUES (1)`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := handlertest.Deliver(t, broken, handlertest.Message(`{"id":"evt_8"}`), 1)[0]; d.Outcome != handlertest.BrokenDeployment {
+		t.Errorf("a missing table: %v, want broken_deployment", d)
+	}
+
 	for err, want := range map[error]handlertest.Outcome{
+		nil:                                      handlertest.Processed,
 		worker.RetryAfter(1):                     handlertest.Retried,
 		worker.RetryBlocked(1, nil):              handlertest.Blocked,
 		worker.Discard("x"):                      handlertest.Discarded,
 		worker.Unavailable(errors.New("db")):     handlertest.Unavailable,
 		fmt.Errorf("x: %w", worker.ErrDuplicate): handlertest.Duplicate,
+		fmt.Errorf("x: %w", worker.ErrNotRun):    handlertest.Released,
+		worker.BrokenDeployment(errors.New("x")): handlertest.BrokenDeployment,
+		worker.ErrHandlerTimeout:                 handlertest.Failed,
+		errors.New("x"):                          handlertest.Failed,
 	} {
 		if got := handlertest.OutcomeOf(err); got != want {
 			t.Errorf("OutcomeOf(%v) = %v, want %v", err, got, want)
