@@ -129,9 +129,12 @@ var (
 //   - before an item that could take the transaction past [SubtransactionBudget] savepoints, the
 //     work so far commits and the rest runs in a new transaction.
 //
-// If COMMIT's outcome is unknown, every item that is not a failure of its own gets an error
-// wrapping [ErrCommitUnknown]: nothing of the batch may be acknowledged. If the connection is lost
-// otherwise, they get errors wrapping [ErrConnectionLost].
+// If COMMIT's outcome is unknown (the connection broke during it), the batch runs once more: its
+// claims find the rows the COMMIT wrote (duplicates) or take them and run the items again, as their
+// redeliveries would. If that attempt is blocked by the first transaction, or its COMMIT's outcome
+// is unknown too, every item not decided before gets an error wrapping [ErrCommitUnknown]: it may
+// not be acknowledged. If the connection is lost otherwise, they get errors wrapping
+// [ErrConnectionLost].
 //
 // The functions of a batch run on one connection one after the other: the batch commits after
 // the sum of their times, and a slow call inside one delays every item behind it.
@@ -157,6 +160,10 @@ func (ib *Inbox) RunBatch(ctx context.Context, items []Item, order Order) ([]Res
 			continue // committed early: not a retry
 		}
 		if attempt == maxBatchAttempts {
+			if r.unknown != nil {
+				r.unknownAll(r.unknown)
+				return res, st
+			}
 			st.Fallback = true
 			r.oneByOne()
 			return res, st
@@ -186,6 +193,7 @@ type batchRun struct {
 	order   Order
 	res     []Result
 	st      *BatchStats
+	unknown error   // a COMMIT of this batch whose outcome was unknown, once
 	decided []bool  // res[i] is final
 	invalid []error // why item i's handler or key is refused, or nil
 	claims  []step  // the claim steps begun and not ended, when the inbox has Hooks
@@ -340,6 +348,13 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 // claimFailed ends an attempt whose claim failed: a blocked claim falls back to one transaction
 // per item, a deadlock is retried, and anything else fails every undecided item.
 func (r *batchRun) claimFailed(tx pgx.Tx, err error) attempt {
+	if r.unknown != nil && errors.Is(err, ErrClaimBlocked) {
+		// Blocked by the transaction whose COMMIT was unknown (its session not ended yet): the
+		// redeliveries settle it.
+		_ = tx.Rollback(context.WithoutCancel(r.ctx))
+		r.unknownAll(r.unknown)
+		return attemptDone
+	}
 	if r.ctx.Err() == nil && (errors.Is(err, ErrClaimBlocked) || retryable(err)) {
 		_ = tx.Rollback(context.WithoutCancel(r.ctx))
 		if retryable(err) {
@@ -439,6 +454,12 @@ func (r *batchRun) commit(a *attemptTx) attempt {
 		}
 		err = commitError(err)
 		r.endCommits(commits, err)
+		if errors.Is(err, ErrCommitUnknown) && r.unknown == nil && r.ctx.Err() == nil {
+			// Whether it committed, the next attempt tells: its claims find the rows
+			// (duplicates) or take them and run the items again, as their redeliveries would.
+			r.unknown = err
+			return attemptRetry
+		}
 		r.unknownAll(err)
 		return attemptDone
 	}
@@ -513,11 +534,12 @@ func (r *batchRun) failAll(tx pgx.Tx, err error) attempt {
 	return attemptDone
 }
 
-// unknownAll gives err (a COMMIT whose outcome is unknown, or refused) to every item that is not
-// a failure of its own: duplicates included, so that nothing of the batch is acknowledged.
+// unknownAll gives err (a COMMIT whose outcome is unknown, or refused) to every item not decided:
+// the work of this transaction's items. An item decided before it (a duplicate: another
+// transaction's row; or committed early) keeps its result.
 func (r *batchRun) unknownAll(err error) {
 	for i := range r.items {
-		if !r.decided[i] || r.res[i].Err == nil {
+		if !r.decided[i] {
 			r.decide(i, Result{Err: err})
 		}
 	}

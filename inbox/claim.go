@@ -75,14 +75,36 @@ type PanicError = panics.Error
 // a panic as a *[PanicError], a context that ended before the commit as its cause, and what the
 // transaction fn was given shows (a swallowed statement error, rows left open, a Rollback, a
 // broken deployment): the package doc's outcome table, which [Inbox.RunBatch] follows too. fn's
-// own call of Commit commits nothing yet: Run commits its work with the claim. A failed COMMIT
-// whose outcome is unknown wraps [ErrCommitUnknown].
+// own call of Commit commits nothing yet: Run commits its work with the claim.
+//
+// When the COMMIT's outcome is unknown (the connection broke during it), Run claims the event
+// once more: the claim finds the row if the COMMIT happened (Duplicate), or takes it and runs fn
+// again if it did not, which is what the event's redelivery would do, without waiting for it. If
+// that claim is blocked (the first transaction's session is not ended yet) or its COMMIT's outcome
+// is unknown too, Run returns an error wrapping [ErrCommitUnknown]: the caller must not
+// acknowledge the event, and its redelivery settles it.
 //
 // fn's ctx carries the handler and key: see [EventKey] and [StepKey].
 func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {
 	if err := validateClaim(handler, key); err != nil {
 		return 0, err
 	}
+	out, err := ib.run(ctx, handler, key, fn)
+	if !errors.Is(err, ErrCommitUnknown) || ctx.Err() != nil {
+		return out, err
+	}
+	// Whether the COMMIT happened, a second claim tells: it finds the row (a duplicate) or takes
+	// it and runs fn again, as the event's redelivery would, without spending a receive. A claim
+	// blocked by the first transaction (its session not yet ended) or a second unknown COMMIT
+	// leaves it to the redelivery.
+	out2, err2 := ib.run(ctx, handler, key, fn)
+	if errors.Is(err2, ErrClaimBlocked) || errors.Is(err2, ErrCommitUnknown) {
+		return 0, err
+	}
+	return out2, err2
+}
+
+func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {
 	// BEGIN and the claim, which also bounds the transaction's waits (see boundedClaim), travel
 	// in one round trip.
 	b := &pgx.Batch{}
