@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench-ab.sh OLD [NEW]: the worker's batched default (Concurrency 10, HandlerBatch 10, its
+# default prefetch and pollers) draining MSGS messages through the inbox, built from two commits
+# and run interleaved, ROUNDS times each (OLD, NEW, OLD, NEW, ...), on each SQS server of SERVERS.
+# It prints every run's rate, then per server each commit's median and spread (min-max) and the
+# ratio of the medians, NEW / OLD: a before/after claim from the same machine at the same time.
+#
+#   scripts/bench-ab.sh db619ef                    # OLD against HEAD
+#   ROUNDS=10 MSGS=5000 SERVERS=goaws,fauxqs scripts/bench-ab.sh OLD NEW
+set -euo pipefail
+old=${1:?usage: bench-ab.sh OLD [NEW]}
+new=${2:-HEAD}
+rounds=${ROUNDS:-10}
+msgs=${MSGS:-5000}
+servers=${SERVERS:-goaws,fauxqs}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tmp=$(mktemp -d)
+cleanup() {
+	for c in old new; do git -C "$repo" worktree remove --force "$tmp/$c" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+for c in old new; do
+	rev=$old
+	[[ $c == new ]] && rev=$new
+	git -C "$repo" worktree add -q --detach "$tmp/$c" "$rev"
+	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./internal/cmd/workerbench)
+	echo "bench-ab: $c = $(git -C "$repo" rev-parse --short "$rev")"
+done
+# rate runs one measurement and prints the worker's msgs/s (the "worker+SERVER batched" column).
+rate() {
+	local c=$1 server=$2
+	(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -only "$server" -n "$msgs" -c 8 -inflight 0 \
+		-batch 10 -bc 10 -n1c 0 -rawpollers 1) |
+		awk -F'|' '/^\| c=10 N=10 /{gsub(/[ \/s]/, "", $5); print $5}'
+}
+IFS=, read -ra list <<<"$servers"
+for server in "${list[@]}"; do
+	: >"$tmp/$server.old"
+	: >"$tmp/$server.new"
+	for r in $(seq "$rounds"); do
+		for c in old new; do
+			v=$(rate "$c" "$server")
+			echo "$v" >>"$tmp/$server.$c"
+			echo "round $r $server $c: $v msgs/s"
+		done
+	done
+done
+echo
+echo "| server | old median | old spread | new median | new spread | new / old |"
+echo "|---|---:|---:|---:|---:|---:|"
+for server in "${list[@]}"; do
+	stats() { sort -n "$1" | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f %.0f-%.0f", m, a[1], a[NR]}'; }
+	read -r om os <<<"$(stats "$tmp/$server.old")"
+	read -r nm ns <<<"$(stats "$tmp/$server.new")"
+	awk -v s="$server" -v om="$om" -v os="$os" -v nm="$nm" -v ns="$ns" \
+		'BEGIN {printf "| %s | %d/s | %s | %d/s | %s | %.3f |\n", s, om, os, nm, ns, nm/om}'
+done
