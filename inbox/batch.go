@@ -129,11 +129,11 @@ var (
 //   - before an item that could take the transaction past [SubtransactionBudget] savepoints, the
 //     work so far commits and the rest runs in a new transaction.
 //
-// If COMMIT's outcome is unknown (the connection broke during it), the batch runs once more: its
+// If COMMIT's outcome is unknown (the connection broke during it), the batch runs again: its
 // claims find the rows the COMMIT wrote (duplicates) or take them and run the items again, as their
-// redeliveries would. If that attempt is blocked by the first transaction, or its COMMIT's outcome
-// is unknown too, every item not decided before gets an error wrapping [ErrCommitUnknown]: it may
-// not be acknowledged. If the connection is lost otherwise, they get errors wrapping
+// redeliveries would. If that attempt is blocked by the first transaction, or the COMMITs of all 3
+// attempts have unknown outcomes, every item not decided before gets an error wrapping
+// [ErrCommitUnknown]: it may not be acknowledged. If the connection is lost otherwise, they get errors wrapping
 // [ErrConnectionLost].
 //
 // The functions of a batch run on one connection one after the other: the batch commits after
@@ -193,7 +193,7 @@ type batchRun struct {
 	order   Order
 	res     []Result
 	st      *BatchStats
-	unknown error   // a COMMIT of this batch whose outcome was unknown, once
+	unknown error   // the last COMMIT of this batch whose outcome was unknown
 	decided []bool  // res[i] is final
 	invalid []error // why item i's handler or key is refused, or nil
 	claims  []step  // the claim steps begun and not ended, when the inbox has Hooks
@@ -454,7 +454,7 @@ func (r *batchRun) commit(a *attemptTx) attempt {
 		}
 		err = commitError(err)
 		r.endCommits(commits, err)
-		if errors.Is(err, ErrCommitUnknown) && r.unknown == nil && r.ctx.Err() == nil {
+		if errors.Is(err, ErrCommitUnknown) && r.ctx.Err() == nil {
 			// Whether it committed, the next attempt tells: its claims find the rows
 			// (duplicates) or take them and run the items again, as their redeliveries would.
 			r.unknown = err

@@ -78,11 +78,11 @@ type PanicError = panics.Error
 // own call of Commit commits nothing yet: Run commits its work with the claim.
 //
 // When the COMMIT's outcome is unknown (the connection broke during it), Run claims the event
-// once more: the claim finds the row if the COMMIT happened (Duplicate), or takes it and runs fn
+// again: the claim finds the row if the COMMIT happened (Duplicate), or takes it and runs fn
 // again if it did not, which is what the event's redelivery would do, without waiting for it. If
-// that claim is blocked (the first transaction's session is not ended yet) or its COMMIT's outcome
-// is unknown too, Run returns an error wrapping [ErrCommitUnknown]: the caller must not
-// acknowledge the event, and its redelivery settles it.
+// that claim is blocked (the first transaction's session is not ended yet), or the COMMITs of 3
+// attempts have unknown outcomes, Run returns an error wrapping [ErrCommitUnknown]: the caller
+// must not acknowledge the event, and its redelivery settles it.
 //
 // fn's ctx carries the handler and key: see [EventKey] and [StepKey].
 func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {
@@ -90,18 +90,18 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 		return 0, err
 	}
 	out, err := ib.run(ctx, handler, key, fn)
-	if !errors.Is(err, ErrCommitUnknown) || ctx.Err() != nil {
-		return out, err
+	// Whether a COMMIT whose outcome is unknown happened, another claim tells: it finds the row (a
+	// duplicate) or takes it and runs fn again, as the event's redelivery would, without spending
+	// a receive. A claim blocked by the first transaction (its session not yet ended), or three
+	// unknown COMMITs, leave it to the redelivery.
+	for attempt := 2; errors.Is(err, ErrCommitUnknown) && ctx.Err() == nil && attempt <= maxBatchAttempts; attempt++ {
+		out2, err2 := ib.run(ctx, handler, key, fn)
+		if errors.Is(err2, ErrClaimBlocked) {
+			return 0, err
+		}
+		out, err = out2, err2
 	}
-	// Whether the COMMIT happened, a second claim tells: it finds the row (a duplicate) or takes
-	// it and runs fn again, as the event's redelivery would, without spending a receive. A claim
-	// blocked by the first transaction (its session not yet ended) or a second unknown COMMIT
-	// leaves it to the redelivery.
-	out2, err2 := ib.run(ctx, handler, key, fn)
-	if errors.Is(err2, ErrClaimBlocked) || errors.Is(err2, ErrCommitUnknown) {
-		return 0, err
-	}
-	return out2, err2
+	return out, err
 }
 
 func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {

@@ -29,8 +29,9 @@ type verdict struct {
 // verdict decides, once the function has returned fnErr, what its item came to. ctx is the context
 // the function ran with. The decision comes from the record and the connection, in this order:
 //
-//  1. the connection is gone (or left busy for good): the item's own failure if its context (or
-//     the failed statement's) had ended or it left rows open, else [ErrConnectionLost];
+//  1. the connection is gone (or left busy for good): the item's own failure if its context had
+//     ended (that cause), if it left rows open ([ErrRowsOpen]), or if a statement's own context
+//     had ended; else [ErrConnectionLost];
 //  2. its context ended (its timeout, a lost lease, a stop): that cause;
 //  3. the statement that failed last says the deployment is broken: a *[DeploymentError];
 //  4. it says deadlock or serialization failure: retry the transaction;
@@ -43,21 +44,26 @@ type verdict struct {
 // batch results left open are closed first, so that the connection can roll the item back.
 func (t *watchedTx) verdict(ctx context.Context, fnErr error) verdict {
 	open, closeErr := t.rec.closeOpen()
-	cause := context.Cause(ctx)
-	if cause == nil {
-		cause = t.rec.ctxCause // a statement's own context (a deadline the function set itself)
-	}
+	cause := context.Cause(ctx) // the item's own: its timeout, a lost lease, a stop
 	if pgtx.ConnLost(t.tx) || t.busy() {
-		if cause != nil {
+		switch {
+		case cause != nil:
 			return verdict{err: causeErr(cause, fnErr), lost: true, own: true}
-		}
-		if open > 0 && t.busy() {
-			// pgx leaves a connection busy for good when a statement was sent while rows were
-			// open and its cached statement had to be dropped: unusable, by the function's doing.
-			return verdict{err: fmt.Errorf("%w: %w", ErrRowsOpen, cmp.Or(fnErr, closeErr, errors.New("the connection is left busy"))), lost: true, own: true}
+		case open > 0:
+			// Rows left open: pgx closes the connection when a context their statement ran with
+			// ends before they are read (a function's own `defer cancel()`, or Batch.Run's), and
+			// leaves it busy for good when a statement was sent while they were open.
+			why := cmp.Or(fnErr, closeErr, errors.New("the connection closed"))
+			return verdict{err: fmt.Errorf("%w: %w", ErrRowsOpen, why), lost: true, own: true}
+		case t.rec.ctxCause != nil:
+			// A statement's own context ended (a deadline the function set itself).
+			return verdict{err: causeErr(t.rec.ctxCause, fnErr), lost: true, own: true}
 		}
 		why := cmp.Or(fnErr, closeErr, errors.New("the connection closed while the function ran"))
 		return verdict{err: fmt.Errorf("%w: %w", ErrConnectionLost, why), lost: true}
+	}
+	if cause == nil {
+		cause = t.rec.ctxCause // a statement's own context (a deadline the function set itself)
 	}
 	if cause != nil {
 		return verdict{err: causeErr(cause, fnErr)}

@@ -99,8 +99,9 @@ type BatchRecord struct {
 	IDs  []string `json:"ids,omitempty"`
 	Keys []string `json:"keys,omitempty"`
 	// Results, on the closing line, is each message's result: "" for done (committed or a
-	// duplicate), else its error.
+	// duplicate), else its error. Kinds says what kind of result each was ([ResultKind]).
 	Results []string  `json:"res,omitempty"`
+	Kinds   []string  `json:"kinds,omitempty"`
 	At      time.Time `json:"at"`
 }
 
@@ -160,8 +161,9 @@ func (l *batchLog) close(id int64, res []error) {
 	if l == nil {
 		return
 	}
-	rec := BatchRecord{Batch: id, Results: make([]string, len(res))}
+	rec := BatchRecord{Batch: id, Results: make([]string, len(res)), Kinds: make([]string, len(res))}
 	for i, err := range res {
+		rec.Kinds[i] = ResultKind(err)
 		if err != nil && !errors.Is(err, worker.ErrDuplicate) {
 			rec.Results[i] = err.Error()
 			if rec.Results[i] == "" {
@@ -185,11 +187,12 @@ func (l *batchLog) Close() {
 }
 
 // LoggedBatch is a batch of a worker's batch log: its opening line, and its closing line's
-// results (nil if the batch never closed: the process died while it ran).
+// results and their kinds (nil if the batch never closed: the process died while it ran).
 type LoggedBatch struct {
 	Worker  string
 	Open    BatchRecord
 	Results []string
+	Kinds   []string
 	Closed  bool
 }
 
@@ -215,8 +218,50 @@ func ReadBatchLog(dir, worker string) ([]LoggedBatch, error) {
 			continue
 		}
 		if i, ok := at[rec.Batch]; ok {
-			out[i].Results, out[i].Closed = rec.Results, true
+			out[i].Results, out[i].Kinds, out[i].Closed = rec.Results, rec.Kinds, true
 		}
 	}
 	return out, sc.Err()
+}
+
+// ResultKind names the kind of a message's result in a batch (one of the Result constants): what
+// the inbox's outcome table and the worker made of it. A transaction aborted by a failed
+// statement carries that statement's SQLSTATE ("tx-aborted 22012").
+func ResultKind(err error) string {
+	var (
+		aborted *inbox.TxAbortedError
+		blocked *worker.BlockedError
+		unavail *worker.UnavailableError
+		broken  *worker.DeploymentError
+	)
+	switch {
+	case err == nil:
+		return ResultDone
+	case errors.Is(err, worker.ErrDuplicate):
+		return ResultDuplicate
+	case errors.Is(err, worker.ErrNotRun):
+		return ResultNotRun
+	case errors.Is(err, inbox.ErrCommitUnknown):
+		return ResultUnknown
+	case errors.As(err, &broken):
+		return ResultBroken
+	case errors.As(err, &unavail):
+		return ResultUnavailable
+	case errors.As(err, &blocked):
+		return ResultBlocked
+	case errors.Is(err, worker.ErrHandlerTimeout), errors.Is(err, inbox.ErrTimeout):
+		return ResultTimeout
+	case errors.Is(err, inbox.ErrRowsOpen):
+		return ResultRowsOpen
+	case errors.Is(err, context.Canceled):
+		return ResultCanceled
+	case errors.Is(err, inbox.ErrItemRolledBack):
+		return ResultRolledBack
+	case errors.As(err, &aborted):
+		if aborted.Err != nil {
+			return ResultTxAborted + " " + aborted.Err.Code
+		}
+		return ResultTxAborted
+	}
+	return ResultError
 }

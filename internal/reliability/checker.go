@@ -45,6 +45,11 @@ type Observations struct {
 	Deletes []DeleteRecord
 	// TotalsSum is the sum of the stacking business write; it must equal len(Effects).
 	TotalsSum int64
+	// ExpectDLQ, if set, says which good keys must end in the DLQ with no effect (their handler
+	// fails them on every delivery, as [ExpectFails] says); every other good key must then be
+	// applied once and not be in the DLQ. nil means no expectation: a good message in the DLQ is
+	// allowed (a delete that kept failing).
+	ExpectDLQ func(key string) bool
 }
 
 // Report is the checker's verdict on one run.
@@ -83,6 +88,10 @@ type Report struct {
 	Redelivered int
 	// BusinessMismatch: the stacking business write differs from the effect count. Must be 0.
 	BusinessMismatch int64
+	// ExpectedDLQ: good keys sent ok that Observations.ExpectDLQ says must end in the DLQ.
+	// WrongEnd: good keys that did not end as it says: applied, or not in the DLQ, when expected
+	// there; in the DLQ when not. Must be 0.
+	ExpectedDLQ, WrongEnd int
 	// Groups: FIFO message groups with effects. Misordered: effects of a group that committed
 	// after an effect of an event sent later in the same group (or in another group than the
 	// event was sent in). Must be 0. Redriven events are left out: a redrive puts an event
@@ -112,6 +121,7 @@ func (r *Report) Problems() []string {
 	add(int64(r.DeletesUncommitted), "deletes not preceded by a committed inbox row")
 	add(r.BusinessMismatch, "business write mismatch")
 	add(int64(r.Misordered), "effects committed out of send order in their group")
+	add(int64(r.WrongEnd), "events that did not end as expected (applied once, or in the DLQ unapplied)")
 	return append(p, r.Checks...)
 }
 
@@ -198,6 +208,9 @@ func Check(o Observations) Report {
 			r.ExtraEffects += n - 1
 			ex("key %s has %d effects", k, n)
 		}
+		if o.ExpectDLQ != nil {
+			r.checkEnd(k, ks.ok > 0, n, inDLQ[k], o.ExpectDLQ(k), ex)
+		}
 		switch {
 		case ks.ok > 0:
 			if n == 0 && !inDLQ[k] {
@@ -259,6 +272,30 @@ func Check(o Observations) Report {
 	r.checkOrder(o, ex)
 	sort.Strings(r.Examples)
 	return r
+}
+
+// checkEnd compares the end of good key k (n effects, in the DLQ or not) with the one expected:
+// in the DLQ unapplied (dlq), or applied once and not in the DLQ. A key sent only with unknown
+// outcome may also have vanished (never stored).
+func (r *Report) checkEnd(k string, sentOK bool, n int, inDLQ, dlq bool, ex func(format string, args ...any)) {
+	if !dlq {
+		if inDLQ {
+			r.WrongEnd++
+			ex("end: key %s must be applied once, and is in the DLQ (%d effects)", k, n)
+		}
+		return
+	}
+	if sentOK {
+		r.ExpectedDLQ++
+	}
+	switch {
+	case n > 0:
+		r.WrongEnd++
+		ex("end: key %s must end in the DLQ unapplied, and has %d effects", k, n)
+	case sentOK && !inDLQ:
+		r.WrongEnd++
+		ex("end: key %s must end in the DLQ unapplied, and is not there", k)
+	}
 }
 
 // checkOrder compares, in each FIFO group, the order in which the effects committed with the

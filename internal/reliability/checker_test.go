@@ -146,6 +146,30 @@ func TestCheck(t *testing.T) {
 			}
 			o.Sends = append(o.Sends, reliability.Send{Seq: 16, Key: "g2", Value: "vg2", Kind: reliability.KindGood, Group: "g", Status: reliability.SendOK})
 		}},
+		// With an expectation of which events end in the DLQ (misbehaving handlers): "b" must.
+		{name: "expected end in the DLQ", mutate: func(o *reliability.Observations) {
+			o.ExpectDLQ = func(k string) bool { return k == "b" }
+			o.Effects, o.TotalsSum = o.Effects[:1], 1
+			o.Deletes = o.Deletes[:1]
+			o.DLQ = append(o.DLQ, reliability.DLQMessage{Seq: 2, Key: "b"})
+		}, check: func(r reliability.Report) bool { return r.ExpectedDLQ == 1 && r.WrongEnd == 0 && r.GoodInDLQ == 1 }},
+		{name: "expected in the DLQ but applied", problem: "events that did not end as expected (applied once, or in the DLQ unapplied): 1", mutate: func(o *reliability.Observations) {
+			o.ExpectDLQ = func(k string) bool { return k == "b" }
+		}},
+		{name: "expected in the DLQ, applied and there", problem: "events that did not end as expected (applied once, or in the DLQ unapplied): 1", mutate: func(o *reliability.Observations) {
+			o.ExpectDLQ = func(k string) bool { return k == "b" }
+			o.DLQ = append(o.DLQ, reliability.DLQMessage{Seq: 2, Key: "b"})
+		}},
+		{name: "expected applied but in the DLQ", problem: "events that did not end as expected (applied once, or in the DLQ unapplied): 1", mutate: func(o *reliability.Observations) {
+			o.ExpectDLQ = func(k string) bool { return false }
+			o.Effects, o.TotalsSum = o.Effects[:1], 1
+			o.Deletes = o.Deletes[:1]
+			o.DLQ = append(o.DLQ, reliability.DLQMessage{Seq: 2, Key: "b"})
+		}},
+		{name: "expected in the DLQ, sent only with unknown outcome, vanished", mutate: func(o *reliability.Observations) {
+			o.ExpectDLQ = func(k string) bool { return k == "c" }
+			o.Sends = append(o.Sends, reliability.Send{Seq: 9, Key: "c", Kind: reliability.KindGood, Status: reliability.SendUnknown})
+		}, check: func(r reliability.Report) bool { return r.ExpectedDLQ == 0 && r.WrongEnd == 0 }},
 		{name: "redeliveries counted", mutate: func(o *reliability.Observations) {
 			o.Deletes = append(o.Deletes, del(1, "", reliability.Received), del(1, "", reliability.Received), del(2, "", reliability.Received))
 		}, check: func(r reliability.Report) bool { return r.Redelivered == 1 && r.Deletes == 2 }},

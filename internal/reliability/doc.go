@@ -7,7 +7,10 @@
 //   - A [Producer] sends events with unique values and stable keys (and, on purpose, copies of
 //     some keys, as a retrying producer does) and records each send as ok, failed or unknown.
 //   - The recording handler ([StartWorker]) writes, in its inbox transaction, one effect row
-//     (key, value, worker, attempt, committed_at) and a stacking business write.
+//     (key, value, worker, attempt, committed_at) and a stacking business write. With
+//     WorkerConfig.Misbehave it also misbehaves with the transaction of some events, chosen by
+//     key ([MisbehaviourOf], the one rule the checker reads too): it swallows a failed
+//     statement, leaves rows open, overruns its timeout inside a statement, or calls Commit.
 //   - An audit decorator wraps each worker's SQS client. Before it forwards a DeleteMessage or
 //     DeleteMessageBatch, it asks the database (on its own connection, under READ COMMITTED,
 //     so it sees only committed rows) whether the inbox row of each message's key exists, and
@@ -18,7 +21,9 @@
 //     and drains again.
 //   - [Check] compares sends, effects, the dead-letter queue and the delete log, and returns a
 //     [Report]: lost, duplicated, unexpected, unknown sends, processed-but-in-DLQ (and whether
-//     their redrive made a second effect), and deletes not preceded by a committed inbox row.
+//     their redrive made a second effect), deletes not preceded by a committed inbox row, and,
+//     when told which events must end in the DLQ ([Observations].ExpectDLQ), events that ended
+//     otherwise.
 //
 // The fault scenarios ([Scenarios]) are shared by the package's tests (small sizes, `make test`)
 // and the soak command (internal/cmd/soak, `make soak`).

@@ -52,6 +52,21 @@ func TestFault09BatchHotKey(t *testing.T) {
 	requirePass(t, runScenario(t, "batch-hot-key", reliability.Size{Messages: 400, Workers: 3}))
 }
 
+// TestFault11BatchMisbehavingHandlers: handlers that misbehave with their transaction, chosen by
+// key (reliability.MisbehaviourOf), in batches: the events whose handler swallows a failed
+// statement, leaves rows open or overruns its timeout inside a statement end in the DLQ unapplied,
+// every other event (one that calls Commit included) is applied once, and no worker pauses. 600
+// events hold 16, 5, 8 and 8 of the four misbehaving classes.
+func TestFault11BatchMisbehavingHandlers(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, "batch-misbehaving-handlers", reliability.Size{Messages: 600, Workers: 2})
+	requirePass(t, rep)
+	// One message per event when every send was ok: the DLQ holds exactly the failing events.
+	if rep.ExpectedDLQ == 0 || (rep.SentOK == rep.Messages && rep.GoodInDLQ != rep.ExpectedDLQ) {
+		t.Errorf("%d events expected in the DLQ, %d messages there:\n%s", rep.ExpectedDLQ, rep.GoodInDLQ, rep)
+	}
+}
+
 func hasCheck(rep *reliability.Report, s string) bool {
 	for _, c := range rep.Checks {
 		if strings.Contains(c, s) {

@@ -33,7 +33,8 @@ func (s Size) Wait() time.Duration {
 type Scenario struct {
 	// Name is short and stable (a test name and a table row).
 	Name string
-	// Fault is the number of the fault in issue 7 (0 for the checker's control run).
+	// Fault is the number of the fault in issue 7 (0 for the checker's control run); 11 is the
+	// misbehaving handlers, which came later.
 	Fault int
 	// Doc says what the scenario does.
 	Doc string

@@ -29,6 +29,8 @@ func batchScenarios() []Scenario {
 			Doc: "poison messages (panicking, undecodable, no key) inside batches of good ones: the good ones of the batch commit and are deleted, the poison reaches the DLQ with its message id and has no effect"},
 		{Name: "batch-hot-key", Fault: 9, Run: runBatchHotKey,
 			Doc: "one event id sent hundreds of times at once, into batches (twins inside a batch) of several workers (across concurrent batches): one effect, no batch retried for a deadlock"},
+		{Name: "batch-misbehaving-handlers", Fault: 11, Run: runBatchMisbehaving,
+			Doc: "handlers that misbehave with their transaction, chosen by key (misbehave.go): 2 % swallow a failed statement, 1 % leave rows open, 1 % overrun the handler timeout inside a statement, 1 % call Commit; the first three end in the DLQ unapplied, every other event is applied once, and no worker pauses"},
 	}
 }
 
@@ -377,7 +379,7 @@ func (r *Run) pgProxy() (*PGProxy, string, error) {
 }
 
 func runBatchCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
-	r, err := e.NewRun(ctx, "batch-commit-cut", RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20})
+	r, err := e.NewRun(ctx, "batch-commit-cut", RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 3})
 	if err != nil {
 		return nil, err
 	}
@@ -423,30 +425,29 @@ func runBatchCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	cut, cutMsgs, biggest := 0, 0, 0
+	multi, biggest := 0, 0
 	for _, b := range bs {
-		if !b.Closed || len(b.Results) < 2 {
-			continue
-		}
-		all := true
-		for _, res := range b.Results {
-			all = all && strings.Contains(res, "commit outcome unknown")
-		}
-		if all {
-			cut++
-			cutMsgs += len(b.Results)
+		if b.Closed && len(b.Results) >= 2 {
+			multi++
 			biggest = max(biggest, len(b.Results))
 		}
 	}
-	if cut == 0 {
-		checks = append(checks, "no batch of several messages had its COMMIT cut")
+	if multi == 0 {
+		checks = append(checks, "no batch held several messages")
 	}
-	if unknown < cutMsgs {
-		checks = append(checks, fmt.Sprintf("the audit marked %d deliveries with an unknown commit, fewer than the %d messages of the cut batches", unknown, cutMsgs))
+	rep, err := r.finish(ctx, prod, workers, checks, []string{fmt.Sprintf("%d batches through the proxy (%d of 2 or more messages, up to %d), %d COMMITs; "+
+		"cut %d before the server got them and %d after; %d deliveries left with an unknown commit (a delete of any is counted as a delete without a committed row)",
+		len(bs), multi, biggest, px.Commits(), px.CutBefore.Load(), px.CutAfter.Load(), unknown)})
+	// An unknown COMMIT is settled in process (the batch claims again), so a cut hands nothing
+	// back to the queue unless the COMMITs of three attempts are cut: with a cut every third
+	// COMMIT, few redeliveries. Handing back every cut batch redelivered about half the messages,
+	// and the receives it spent ran events into the DLQ unapplied (maxReceiveCount 3: 190 and 198
+	// of 200 applied, the run stalled).
+	if err == nil && rep.Redelivered > n/3 {
+		rep.Checks = append(rep.Checks, fmt.Sprintf("%d of %d messages were redelivered: cut COMMITs were handed back to the queue instead of settled in process",
+			rep.Redelivered, n))
 	}
-	notes := []string{fmt.Sprintf("%d batches through the proxy, %d COMMITs; cut %d before the server got them and %d after; %d batches of 2 or more messages (%d messages, up to %d in one) ended with an unknown commit for every message, and the audit marked %d deliveries (a delete of any is counted as a delete without a committed row)",
-		len(bs), px.Commits(), px.CutBefore.Load(), px.CutAfter.Load(), cut, cutMsgs, biggest, unknown)}
-	return requireRedelivery(r.finish(ctx, prod, workers, checks, notes))
+	return rep, err
 }
 
 func runBatchPoison(ctx context.Context, e *Env, s Size) (*Report, error) {
