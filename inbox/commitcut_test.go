@@ -32,7 +32,7 @@ type cutConn struct {
 func (c *cutConn) Write(b []byte) (int, error) {
 	if len(b) > 0 && b[0] == 'Q' && bytes.Contains(bytes.ToLower(b), []byte("commit")) && c.c.left.Add(-1) >= 0 {
 		if !c.c.after.Load() {
-			_ = c.Conn.Close()
+			_ = c.Close()
 			return 0, errors.New("cut before the COMMIT")
 		}
 		c.doomed.Store(true)
@@ -43,7 +43,7 @@ func (c *cutConn) Write(b []byte) (int, error) {
 func (c *cutConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if c.doomed.Load() {
-		_ = c.Conn.Close() // the answer arrived: the COMMIT happened; the client never sees it
+		_ = c.Close() // the answer arrived: the COMMIT happened; the client never sees it
 		return 0, io.ErrUnexpectedEOF
 	}
 	return n, err

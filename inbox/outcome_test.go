@@ -71,13 +71,13 @@ func TestOutcomeTableBothPaths(t *testing.T) {
 				if err := write(b, ctx, tx); err != nil {
 					return err
 				}
-				_, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`)
+				_, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`) //nolint:sqlclosecheck // left open on purpose
 				return err
 			}
 		}},
 		{name: "rows-open-then-conn-busy", want: is(inbox.ErrRowsOpen), fn: func(b *bundle) inbox.Func {
 			return func(ctx context.Context, tx pgx.Tx) error {
-				if _, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`); err != nil {
+				if _, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`); err != nil { //nolint:sqlclosecheck // left open on purpose
 					return err
 				}
 				return write(b, ctx, tx) // conn busy
@@ -113,7 +113,7 @@ func TestOutcomeTableBothPaths(t *testing.T) {
 					return err
 				}
 				if _, err := tx.Exec(ctx, `SELECT pg_sleep(30)`); err != nil {
-					return fmt.Errorf("slow: %v", err) // %v: the chain is cut
+					return fmt.Errorf("slow: %v", err) //nolint:errorlint // %v: the chain is cut on purpose
 				}
 				return nil
 			}
@@ -177,7 +177,7 @@ func TestOutcomeTableBothPaths(t *testing.T) {
 					return err
 				}
 				if _, err := tx.Exec(ctx, `INSERT INTO `+b.schema+`.missing VALUES (1)`); err != nil {
-					return fmt.Errorf("missing: %v", err) // %v: the chain is cut
+					return fmt.Errorf("missing: %v", err) //nolint:errorlint // %v: the chain is cut on purpose
 				}
 				return nil
 			}
@@ -335,7 +335,7 @@ func TestRowsOpenUnderACancelledContext(t *testing.T) {
 	leave := func(ctx context.Context, tx pgx.Tx) error {
 		fctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		_, err := tx.Query(fctx, `SELECT generate_series(1, 1000)`)
+		_, err := tx.Query(fctx, `SELECT generate_series(1, 1000)`) //nolint:sqlclosecheck // left open on purpose
 		return err
 	}
 	for i := range 30 {

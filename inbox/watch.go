@@ -319,7 +319,7 @@ func (r *watchedRows) Close() {
 func (r *watchedRows) finish() {
 	if !r.shut {
 		r.shut = true
-		r.rec.note(r.ctx, r.Rows.Err())
+		r.rec.note(r.ctx, r.Err())
 	}
 }
 
@@ -327,7 +327,7 @@ func (r *watchedRows) closed() bool { return r.shut }
 
 func (r *watchedRows) close() error {
 	r.Close()
-	return r.Rows.Err()
+	return r.Err()
 }
 
 // watchedRow is QueryRow's result, read as pgx reads its own: the first row, then closed.

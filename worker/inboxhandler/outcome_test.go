@@ -68,7 +68,7 @@ func TestOutcomeTable(t *testing.T) {
 				if err := write(b, ctx, tx); err != nil {
 					return err
 				}
-				_, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`) // never closed
+				_, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`) //nolint:sqlclosecheck // never closed, on purpose
 				return err
 			}
 		}},
@@ -79,7 +79,7 @@ func TestOutcomeTable(t *testing.T) {
 						return err
 					}
 					if _, err := tx.Exec(ctx, `SELECT pg_sleep(30)`); err != nil {
-						return fmt.Errorf("slow query: %v", err) // the chain is cut: %v, not %w
+						return fmt.Errorf("slow query: %v", err) //nolint:errorlint // the chain is cut on purpose
 					}
 					return nil
 				}
@@ -116,7 +116,7 @@ func TestOutcomeTable(t *testing.T) {
 					return err
 				}
 				if _, err := tx.Exec(ctx, `INSERT INTO `+late+` (event_id) VALUES ('evt-bad')`); err != nil {
-					return fmt.Errorf("late table: %v", err) // the chain is cut: %v, not %w
+					return fmt.Errorf("late table: %v", err) //nolint:errorlint // the chain is cut on purpose
 				}
 				return nil
 			}
