@@ -28,6 +28,15 @@ func (s *workerSet) start(ctx context.Context, c WorkerConfig) (*Worker, error) 
 	return w, err
 }
 
+// unknownCommits returns how many deliveries the workers saw end with a COMMIT of unknown outcome.
+func (s *workerSet) unknownCommits() int {
+	n := 0
+	for _, w := range s.ws {
+		n += w.Audit.UnknownCommits()
+	}
+	return n
+}
+
 func (s *workerSet) stopAll(ctx context.Context) []string {
 	var bad []string
 	for _, w := range s.ws {
@@ -52,7 +61,10 @@ func runCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
 		return nil, err
 	}
 	defer px.Close()
-	px.CutEvery.Store(7)
+	// First every COMMIT is cut, so that three attempts in a row have unknown outcomes and the
+	// worker must hand the messages back undeleted; then every seventh, which the inbox settles in
+	// process by claiming again.
+	px.CutEvery.Store(1)
 	prod := &Producer{Run: r, Retries: 2}
 	var set workerSet
 	defer set.stopAll(ctx)
@@ -63,17 +75,26 @@ func runCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
 			return nil, err
 		}
 	}
-	if err := prod.Send(ctx, GoodEvents("cut", s.Messages), s.Spread); err != nil {
+	sent := sendAsync(ctx, prod, GoodEvents("cut", s.Messages), s.Spread)
+	deadline := time.Now().Add(s.Wait())
+	for set.unknownCommits() == 0 {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("reliability: no worker saw a commit with an unknown outcome within %v of every COMMIT cut", s.Wait())
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	allCut := px.Commits()
+	px.CutEvery.Store(7)
+	if err := <-sent; err != nil {
 		return nil, err
 	}
 	if err := r.WaitEffects(ctx, s.Messages, s.Wait()); err != nil {
 		return nil, err
 	}
 	px.CutEvery.Store(0)
-	unknown := 0
-	for _, w := range set.ws {
-		unknown += w.Audit.UnknownCommits()
-	}
+	unknown := set.unknownCommits()
 	checks := set.stopAll(ctx)
 	if px.CutBefore.Load() == 0 || px.CutAfter.Load() == 0 {
 		checks = append(checks, fmt.Sprintf("the proxy cut %d COMMITs before and %d after the server got them; both kinds must happen",
@@ -82,8 +103,8 @@ func runCommitCut(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if unknown == 0 {
 		checks = append(checks, "no worker saw a commit with an unknown outcome")
 	}
-	notes := []string{fmt.Sprintf("%d COMMITs through the proxy; cut %d before the server got them and %d after; the workers saw %d unknown outcomes",
-		px.Commits(), px.CutBefore.Load(), px.CutAfter.Load(), unknown)}
+	notes := []string{fmt.Sprintf("%d COMMITs through the proxy (the first %d all cut, then every seventh); cut %d before the server got them and %d after; the workers saw %d unknown outcomes",
+		px.Commits(), allCut, px.CutBefore.Load(), px.CutAfter.Load(), unknown)}
 	return requireRedelivery(r.finish(ctx, prod, s.Workers, checks, notes))
 }
 
