@@ -169,7 +169,17 @@ type watchedTx struct {
 	done   bool // Commit or Rollback was called on this level
 }
 
-func watch(tx pgx.Tx) *watchedTx { return &watchedTx{tx: tx, rec: &txRecord{}} }
+// watched is a function's own transaction and its record, in one allocation.
+type watched struct {
+	watchedTx
+	record txRecord
+}
+
+func watch(tx pgx.Tx) *watchedTx {
+	w := &watched{watchedTx: watchedTx{tx: tx}}
+	w.rec = &w.record
+	return &w.watchedTx
+}
 
 var _ pgx.Tx = (*watchedTx)(nil)
 

@@ -2,8 +2,9 @@
 # bench-ab.sh OLD [NEW]: the worker's batched default (Concurrency 10, HandlerBatch 10, its
 # default prefetch and pollers) draining MSGS messages through the inbox, built from two commits
 # and run interleaved, ROUNDS times each (OLD, NEW, OLD, NEW, ...), on each SQS server of SERVERS.
-# It prints every run's rate, then per server each commit's median and spread (min-max) and the
-# ratio of the medians, NEW / OLD: a before/after claim from the same machine at the same time.
+# It prints every run's rate, worker CPU and allocations per message, then per server each
+# commit's median and spread (min-max) of each, and the ratio of the medians, NEW / OLD: a
+# before/after claim from the same machine at the same time.
 #
 #   scripts/bench-ab.sh db619ef                    # OLD against HEAD
 #   ROUNDS=10 MSGS=5000 SERVERS=goaws,fauxqs scripts/bench-ab.sh OLD NEW
@@ -27,12 +28,18 @@ for c in old new; do
 	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./internal/cmd/workerbench)
 	echo "bench-ab: $c = $(git -C "$repo" rev-parse --short "$rev")"
 done
-# rate runs one measurement and prints the worker's msgs/s (the "worker+SERVER batched" column).
-rate() {
+# measure runs one measurement and prints the worker's msgs/s, its CPU per message (µs) and its
+# allocations per message (the "worker+SERVER batched", "CPU/msg worker" and "allocs/msg" columns).
+measure() {
 	local c=$1 server=$2
-	(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -only "$server" -n "$msgs" -c 8 -inflight 0 \
+	(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -only goaws -n "$msgs" -c 8 -inflight 0 \
 		-batch 10 -bc 10 -n1c 0 -rawpollers 1) |
-		awk -F'|' '/^\| c=10 N=10 /{gsub(/[ \/s]/, "", $5); print $5}'
+		awk -F'|' '/^\| c=10 N=10 /{
+			r = $5; gsub(/[ \/s]/, "", r)
+			c = $11; gsub(/ /, "", c)
+			if (c ~ /ms$/) { sub(/ms$/, "", c); c *= 1000 } else { sub(/µs$/, "", c) }
+			a = $15; gsub(/ /, "", a)
+			print r, c, a }'
 }
 IFS=, read -ra list <<<"$servers"
 for server in "${list[@]}"; do
@@ -40,19 +47,24 @@ for server in "${list[@]}"; do
 	: >"$tmp/$server.new"
 	for r in $(seq "$rounds"); do
 		for c in old new; do
-			v=$(rate "$c" "$server")
+			v=$(measure "$c" "$server")
 			echo "$v" >>"$tmp/$server.$c"
-			echo "round $r $server $c: $v msgs/s"
+			read -r rate cpu allocs <<<"$v"
+			echo "round $r $server $c: $rate msgs/s, worker CPU ${cpu}µs/msg, $allocs allocs/msg"
 		done
 	done
 done
+# stats prints the median and the spread (min-max) of column k of file f.
+stats() { awk -v k="$2" '{print $k}' "$1" | sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%g %g-%g", m, a[1], a[NR]}'; }
 echo
-echo "| server | old median | old spread | new median | new spread | new / old |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| server | measure | old median | old spread | new median | new spread | new / old |"
+echo "|---|---|---:|---:|---:|---:|---:|"
 for server in "${list[@]}"; do
-	stats() { sort -n "$1" | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f %.0f-%.0f", m, a[1], a[NR]}'; }
-	read -r om os <<<"$(stats "$tmp/$server.old")"
-	read -r nm ns <<<"$(stats "$tmp/$server.new")"
-	awk -v s="$server" -v om="$om" -v os="$os" -v nm="$nm" -v ns="$ns" \
-		'BEGIN {printf "| %s | %d/s | %s | %d/s | %s | %.3f |\n", s, om, os, nm, ns, nm/om}'
+	for k in 1 2 3; do
+		name=$(echo "msgs/s worker-CPU-µs/msg allocs/msg" | cut -d' ' -f"$k")
+		read -r om os <<<"$(stats "$tmp/$server.old" "$k")"
+		read -r nm ns <<<"$(stats "$tmp/$server.new" "$k")"
+		awk -v s="$server" -v n="$name" -v om="$om" -v os="$os" -v nm="$nm" -v ns="$ns" \
+			'BEGIN {printf "| %s | %s | %s | %s | %s | %s | %.3f |\n", s, n, om, os, nm, ns, (om > 0 ? nm/om : 0)}'
+	done
 done

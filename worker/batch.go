@@ -102,11 +102,13 @@ func (b *Batch) Run(ctx context.Context, i int, fn func(ctx context.Context) err
 	if err := b.Runnable(i); err != nil {
 		return err
 	}
+	start := time.Now()
 	hctx, cancel := ctx, context.CancelFunc(func() {})
-	if b.timeout > 0 {
+	if dl, ok := ctx.Deadline(); b.timeout > 0 && (!ok || dl.After(start.Add(b.timeout))) {
+		// Unless the caller has bounded the work already (the inbox starts each message's
+		// timeout at its turn).
 		hctx, cancel = context.WithTimeoutCause(ctx, b.timeout, ErrHandlerTimeout)
 	}
-	start := time.Now()
 	defer func() {
 		if v := recover(); v != nil {
 			err = panics.Recovered(v)
