@@ -72,7 +72,7 @@ func Scenarios() []Scenario {
 		{Name: "postgres-restart", Fault: 3, Run: runPostgresRestart,
 			Doc: "PostgreSQL stopped with -m immediate and with -m fast mid-run, and started again"},
 		{Name: "commit-cut", Fault: 4, Run: runCommitCut,
-			Doc: "the connection to PostgreSQL cut during COMMIT by a TCP proxy, before and after the server got it"},
+			Doc: "the connection to PostgreSQL cut during COMMIT by a TCP proxy, before and after the server got it: first every COMMIT (an outcome that stays unknown through three claims is handed back undeleted), then every seventh (settled in process by claiming again)"},
 		{Name: "sqs-outage-throttle", Fault: 5, Run: runSQSOutage,
 			Doc: "throttling and 5xx injected by an HTTP proxy in front of the SQS server, then the server unreachable (connections reset) and back"},
 		{Name: "delete-fails-dlq-redrive", Fault: 6, Run: runDeleteFails,

@@ -24,7 +24,7 @@ func batchScenarios() []Scenario {
 		{Name: "control-batch-sigkill-ack-before-commit", Fault: 1, ExpectFail: true, Run: runBatchSigkillControl,
 			Doc: "the same with a broken batch handler that deletes the batch's messages before its transaction: the checker must report the killed batch's messages lost and deleted"},
 		{Name: "batch-commit-cut", Fault: 4, Run: runBatchCommitCut,
-			Doc: "the connection to PostgreSQL cut during the COMMIT of batches of several messages, before and after the server got it: no message of such a batch deleted on that delivery, each event applied once in the end"},
+			Doc: "the connection to PostgreSQL cut during every third COMMIT of batches of several messages, before and after the server got it, maxReceiveCount 3: the inbox settles each unknown COMMIT by claiming again (no delete without a committed row), few messages are redelivered, none reaches the DLQ, each event applied once"},
 		{Name: "batch-poison", Fault: 8, Run: runBatchPoison,
 			Doc: "poison messages (panicking, undecodable, no key) inside batches of good ones: the good ones of the batch commit and are deleted, the poison reaches the DLQ with its message id and has no effect"},
 		{Name: "batch-hot-key", Fault: 9, Run: runBatchHotKey,
