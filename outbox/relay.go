@@ -17,6 +17,8 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/migrate"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/startstop"
 )
 
 // Defaults for RelayConfig.
@@ -130,16 +132,14 @@ type Relay struct {
 	migrator *migrate.Migrator
 	sql      struct{ plan, claim, sent, failed, release string }
 
-	mu                 sync.Mutex
-	started, stopped   bool
-	stopCtx, workCtx   context.Context
-	stopCancel, cancel context.CancelCauseFunc
-	wake               chan struct{}
-	jobs               chan *job
-	results            chan outcome
-	wg                 sync.WaitGroup
-	done               chan struct{}
-	listening          atomic.Bool
+	life      startstop.Base  // started, stopping, stopped; the stop and work contexts
+	stopCtx   context.Context // life's: ends when the stop begins
+	workCtx   context.Context // life's: ends at a hard stop
+	wake      chan struct{}
+	jobs      chan *job
+	results   chan jobReport
+	wg        sync.WaitGroup
+	listening atomic.Bool
 
 	published, failures, parked, lost atomic.Int64
 }
@@ -174,7 +174,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	rl := &Relay{pool: pool, cfg: c, migrator: mg}
+	rl := &Relay{pool: pool, cfg: c, migrator: mg, life: startstop.Base{Cause: ErrStopping, Name: "outbox: relay"}}
 	if c.SQS != nil {
 		rl.kinds = append(rl.kinds, string(KindSQS))
 	}
@@ -230,33 +230,30 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 // Start checks the schema, starts listening for notifications and starts the senders. It
 // returns once the relay runs; ctx bounds the start only.
 func (rl *Relay) Start(ctx context.Context) error {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if rl.started {
-		return errors.New("outbox: Start called twice")
+	if err := rl.life.BeginStart(); err != nil {
+		return err
 	}
 	if err := rl.migrator.CheckCurrent(ctx); err != nil {
+		rl.life.EndStart(ctx, false)
 		return fmt.Errorf("outbox: %w", err)
 	}
 	conn, err := rl.listen(ctx)
 	if err != nil {
+		rl.life.EndStart(ctx, false)
 		return err
 	}
-	base := context.WithoutCancel(ctx)
-	rl.stopCtx, rl.stopCancel = context.WithCancelCause(base)
-	rl.workCtx, rl.cancel = context.WithCancelCause(base)
+	rl.life.EndStart(ctx, true)
+	rl.stopCtx, rl.workCtx = rl.life.StopContext(), rl.life.WorkContext()
 	rl.wake = make(chan struct{}, 1)
 	rl.jobs = make(chan *job, 2*rl.cfg.Senders+rl.cfg.ClaimSize)
-	rl.results = make(chan outcome, rl.cfg.Senders)
-	rl.done = make(chan struct{})
-	rl.started = true
+	rl.results = make(chan jobReport, rl.cfg.Senders)
 	rl.wg.Add(2 + rl.cfg.Senders)
 	go rl.listener(conn)
 	go rl.feeder()
 	for range rl.cfg.Senders {
 		go rl.publisher()
 	}
-	go func() { rl.wg.Wait(); close(rl.done) }()
+	go func() { rl.wg.Wait(); rl.life.Finished() }()
 	return nil
 }
 
@@ -278,24 +275,19 @@ func (rl *Relay) Stop(ctx context.Context) error { return rl.stop(ctx, false) }
 func (rl *Relay) StopAndCancel(ctx context.Context) error { return rl.stop(ctx, true) }
 
 func (rl *Relay) stop(ctx context.Context, cancelNow bool) error {
-	rl.mu.Lock()
-	if !rl.started {
-		rl.mu.Unlock()
-		return errors.New("outbox: Stop called on a relay that is not running")
+	if _, err := rl.life.BeginStop(); err != nil {
+		return err
 	}
-	rl.stopped = true
-	rl.mu.Unlock()
-	rl.stopCancel(ErrStopping)
 	if cancelNow {
-		rl.cancel(ErrStopping)
+		rl.life.CancelWork()
 	}
 	select {
-	case <-rl.done:
-		rl.cancel(ErrStopping)
+	case <-rl.life.Done():
+		rl.life.CancelWork()
 		return nil
 	case <-ctx.Done():
-		rl.cancel(ErrStopping)
-		<-rl.done
+		rl.life.CancelWork()
+		<-rl.life.Done()
 		return context.Cause(ctx)
 	}
 }

@@ -45,20 +45,19 @@ var ErrNotRun = errors.New("worker: message not run")
 
 // Batch is the messages of one [BatchHandler.HandleBatch] call.
 type Batch struct {
-	msgs    []*Message
+	ds      []*delivery
 	ctxs    []context.Context
 	cancels []context.CancelCauseFunc
 	causes  []error // why Run's context of each message ended (its handler timeout), if it did
 	timeout time.Duration
 	metrics Metrics
-	halt    func(m *Message) // the FIFO rule for a message not done (Worker.halt)
 }
 
 // Runnable returns nil when the i-th message may run now, or an error wrapping [ErrNotRun] when
 // an earlier message of its FIFO group was not done (the worker then releases it). It implements
 // inbox.Order.
 func (b *Batch) Runnable(i int) error {
-	if behind(b.msgs[i]) {
+	if b.ds[i].behind() {
 		return errGroupHalted
 	}
 	return nil
@@ -70,7 +69,7 @@ var errGroupHalted = fmt.Errorf("%w: an earlier message of its FIFO group was no
 // Halt says that the i-th message is not done: the later messages of its FIFO group will not run
 // (in this batch, [Batch.Runnable] refuses them; those the worker still holds are released). It
 // does nothing on a standard queue. It implements inbox.Order.
-func (b *Batch) Halt(i int) { b.halt(b.msgs[i]) }
+func (b *Batch) Halt(i int) { b.ds[i].halt() }
 
 // Timeout returns Config.HandlerTimeout: how long the work of one message may run (0: no bound).
 // [Batch.Run] applies it; a handler that runs the work some other way (the inbox, which starts
@@ -78,10 +77,10 @@ func (b *Batch) Halt(i int) { b.halt(b.msgs[i]) }
 func (b *Batch) Timeout() time.Duration { return b.timeout }
 
 // Len returns the number of messages in the batch.
-func (b *Batch) Len() int { return len(b.msgs) }
+func (b *Batch) Len() int { return len(b.ds) }
 
 // Message returns the i-th message.
-func (b *Batch) Message(i int) *Message { return b.msgs[i] }
+func (b *Batch) Message(i int) *Message { return b.ds[i].m }
 
 // Context returns the i-th message's context: it descends from HandleBatch's, and is cancelled
 // when the message's lease is lost (cause [ErrLeaseLost]). Work for the message should run with
@@ -133,64 +132,51 @@ func (b *Batch) Count(c Counter, n int) {
 	}
 }
 
-// processBatch runs a batch of messages through the batch handler and settles each. It returns,
-// per message of msgs, whether it is done.
-func (w *Worker) processBatch(bh BatchHandler, msgs []*Message, ok []bool) {
-	b := &Batch{timeout: max(w.cfg.HandlerTimeout, 0), metrics: w.metrics, halt: w.halt}
-	idx := make([]int, 0, len(msgs)) // msgs index of each batch message
-	for i, m := range msgs {
-		switch {
-		case behind(m):
-			// Behind a message of its group that is not done (not started, just above).
-			ok[i] = w.settle(m, errGroupHalted, nil)
-			continue
-		case m.refused != nil || !w.attach(m, b):
-			ok[i] = w.notStarted(m)
-			w.halt(m)
+// processBatch runs a batch of deliveries through the batch handler; each delivery settles itself.
+func (w *Worker) processBatch(bh BatchHandler, ds []*delivery) {
+	b := &Batch{timeout: max(w.cfg.HandlerTimeout, 0), metrics: w.e.metrics}
+	for _, d := range ds {
+		if d.refused != nil || d.behind() {
+			d.notStarted()
 			continue
 		}
-		idx = append(idx, i)
+		ctx, cancel, ok := d.start(w.e.work) // Run adds the handler timeout
+		if !ok {
+			d.notStarted()
+			continue
+		}
+		b.add(d, ctx, cancel)
 	}
-	if len(b.msgs) == 0 {
+	if b.Len() == 0 {
 		return
 	}
-	w.metrics.Add(Batches, 1)
-	w.metrics.Add(BatchedMessages, len(b.msgs))
-	w.metrics.SetInFlight(int(w.inFlight.Add(int64(len(b.msgs)))))
-	results := w.callBatch(bh, b)
-	w.metrics.SetInFlight(int(w.inFlight.Add(-int64(len(b.msgs)))))
-	for j, m := range b.msgs {
-		m.lease.stop()
+	e := w.e
+	e.metrics.Add(Batches, 1)
+	e.metrics.Add(BatchedMessages, b.Len())
+	e.metrics.SetInFlight(int(e.inFlight.Add(int64(b.Len()))))
+	results := callBatch(e.work, bh, b)
+	e.metrics.SetInFlight(int(e.inFlight.Add(-int64(b.Len()))))
+	for j, d := range b.ds {
+		d.lease.stop()
 		cause := b.causes[j]
 		if cause == nil {
 			cause = context.Cause(b.ctxs[j])
 		}
 		b.cancels[j](nil)
-		ok[idx[j]] = w.settle(m, results[j], cause)
+		d.settle(results[j], cause)
 	}
 }
 
-// attach adds m to b with a context of its own, bound to its lease. It returns false when the
-// lease is already lost (m must then not run).
-func (w *Worker) attach(m *Message, b *Batch) bool {
-	ctx, cancel := context.WithCancelCause(w.workCtx) // Run adds the handler timeout
-	if err := m.lease.attach(cancel); err != nil {
-		cancel(nil)
-		return false
-	}
-	b.msgs = append(b.msgs, m)
+// add puts d in the batch with the context its work runs with.
+func (b *Batch) add(d *delivery, ctx context.Context, cancel context.CancelCauseFunc) {
+	b.ds = append(b.ds, d)
 	b.ctxs = append(b.ctxs, ctx)
 	b.cancels = append(b.cancels, cancel)
 	b.causes = append(b.causes, nil)
-	return true
 }
 
 // callBatch calls HandleBatch, turning a panic or a wrong number of results into an error for
 // every message.
-func (w *Worker) callBatch(bh BatchHandler, b *Batch) []error {
-	return callBatch(w.workCtx, bh, b)
-}
-
 func callBatch(parent context.Context, bh BatchHandler, b *Batch) (results []error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -235,32 +221,24 @@ func RunBatch(ctx context.Context, h BatchHandler, msgs []*Message, timeout time
 		}
 		return results
 	}
-	b := &Batch{timeout: max(timeout, 0), metrics: nopMetrics{}, halt: func(m *Message) {
-		if m.group != nil {
-			m.group.halt(m)
-		}
-	}}
-	copies := make([]*Message, len(msgs))
+	b := &Batch{timeout: max(timeout, 0), metrics: nopMetrics{}}
+	ds := make([]*delivery, len(msgs))
 	for i, m := range msgs {
 		c := *m
-		c.lease, c.group, c.pos = nil, nil, 0
-		copies[i] = &c
+		ds[i] = &delivery{m: &c}
 	}
-	for _, g := range groups(copies) {
-		if g[0].GroupID == "" {
+	for _, g := range groups(ds) {
+		if g[0].m.GroupID == "" {
 			continue
 		}
 		grp := &group{}
-		for i, m := range g {
-			m.group, m.pos = grp, i
+		for i, d := range g {
+			d.group, d.pos = grp, i
 		}
 	}
-	for _, m := range copies {
+	for _, d := range ds {
 		mctx, cancel := context.WithCancelCause(ctx)
-		b.msgs = append(b.msgs, m)
-		b.ctxs = append(b.ctxs, mctx)
-		b.cancels = append(b.cancels, cancel)
-		b.causes = append(b.causes, nil)
+		b.add(d, mctx, cancel)
 	}
 	defer func() {
 		for _, cancel := range b.cancels {

@@ -42,28 +42,19 @@ type State struct {
 // State returns the worker's state now.
 func (w *Worker) State() State {
 	w.mu.Lock()
-	q, started, stopped := w.queue, w.started, w.stopped
+	q := w.queue
 	w.mu.Unlock()
-	st := State{Phase: "new", InFlight: w.InFlight()}
-	switch {
-	case q == nil || !started:
+	st := State{Phase: w.life.Phase(), InFlight: w.InFlight()}
+	if q == nil {
+		st.Phase = "new" // still starting: the queue is published last
 		return st
-	case stopped:
-		st.Phase = "stopping"
-		select {
-		case <-w.done:
-			st.Phase = "stopped"
-		default:
-		}
-	default:
-		st.Phase = "running"
 	}
 	st.Queue = q.Name
-	st.Paused, st.PauseReason, st.PausedSince, st.BrokenDeployment = w.pause.state()
+	st.Paused, st.PauseReason, st.PausedSince, st.BrokenDeployment = w.e.pause.state()
 	st.LastReceive = unixTime(w.lastReceive.Load())
-	st.LastCommit = unixTime(w.lastCommit.Load())
-	st.LastProgress = unixTime(max(w.progress.Load(), w.sw.extended.Load(), w.startedAt.UnixNano()))
-	st.Held = int(max(w.held.Load(), 0))
+	st.LastCommit = unixTime(w.e.lastCommit.Load())
+	st.LastProgress = unixTime(max(w.e.progress.Load(), w.e.sw.extended.Load(), w.startedAt.UnixNano()))
+	st.Held = int(max(w.e.held.Load(), 0))
 	return st
 }
 

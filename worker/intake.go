@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -20,33 +19,33 @@ var allMessageAttributes = []string{"All"}
 
 func (w *Worker) poll() {
 	defer w.pollers.Done()
-	ctx := w.stopCtx
+	ctx := w.life.StopContext()
 	fails := 0
 	for {
-		w.progress.Store(time.Now().UnixNano())
-		if err := w.pause.wait(ctx); err != nil {
+		w.e.progress.Store(time.Now().UnixNano())
+		if err := w.e.pause.wait(ctx); err != nil {
 			return
 		}
 		var n int
-		if w.pause.active() {
+		if w.e.pause.active() {
 			// A probe: one message, once nothing else is outstanding, so that an outage burns
 			// few receive counts.
 			// The wait for the others is bounded, so that a handler stuck past it (or a slot
 			// held by a message that never settles) cannot stop the probes.
 			all := int64(w.cfg.capacity())
 			actx, cancel := context.WithTimeout(ctx, probeQuiet)
-			err := w.slots.Acquire(actx, all)
+			err := w.e.slots.Acquire(actx, all)
 			cancel()
 			switch {
-			case err == nil && !w.pause.active():
-				w.slots.Release(all)
+			case err == nil && !w.e.pause.active():
+				w.e.slots.Release(all)
 				continue
 			case err == nil:
-				w.slots.Release(all - 1)
+				w.e.slots.Release(all - 1)
 			case ctx.Err() != nil:
 				return
 			default:
-				if w.slots.Acquire(ctx, 1) != nil {
+				if w.e.slots.Acquire(ctx, 1) != nil {
 					return
 				}
 			}
@@ -59,7 +58,7 @@ func (w *Worker) poll() {
 		}
 		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
 		// is after this moment.
-		requested := w.now()
+		requested := w.e.now()
 		out, err := w.client.ReceiveMessage(w.recvCtx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    &w.queue.URL,
 			MaxNumberOfMessages:         int32(n),
@@ -69,12 +68,12 @@ func (w *Worker) poll() {
 			MessageAttributeNames:       allMessageAttributes,
 		}, PlainRequestBodies)
 		if err != nil {
-			w.slots.Release(int64(n))
+			w.e.slots.Release(int64(n))
 			if ctx.Err() != nil {
 				return
 			}
 			fails++
-			w.metrics.Add(ReceiveErrors, 1)
+			w.e.metrics.Add(ReceiveErrors, 1)
 			d := jitter(expo(pollBackoffMin, pollBackoffMax, fails))
 			w.log.Log(context.Background(), w.receiveFailed.level(), "worker: receive failed; backing off (more within a minute are logged at debug level)",
 				"error", err, "code", errorCode(err), "backoff", d)
@@ -87,7 +86,7 @@ func (w *Worker) poll() {
 		w.lastReceive.Store(time.Now().UnixNano())
 		msgs := out.Messages
 		if len(msgs) < n {
-			w.slots.Release(int64(n - len(msgs)))
+			w.e.slots.Release(int64(n - len(msgs)))
 		}
 		if len(msgs) == 0 {
 			if w.cfg.WaitTime < 0 && sleep(ctx, shortPollIdle) != nil {
@@ -109,16 +108,16 @@ func (w *Worker) minBatch() int {
 // acquire takes one slot, waiting for it, then waits up to gatherWait for more until it holds
 // need, and then takes as many more as are free now, up to batch.
 func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
-	if err := w.slots.Acquire(ctx, 1); err != nil {
+	if err := w.e.slots.Acquire(ctx, 1); err != nil {
 		return 0, err
 	}
 	n := 1
-	for n < batch && w.slots.TryAcquire(1) {
+	for n < batch && w.e.slots.TryAcquire(1) {
 		n++
 	}
 	if n < need {
 		gctx, cancel := context.WithTimeout(ctx, gatherWait)
-		for n < need && w.slots.Acquire(gctx, 1) == nil {
+		for n < need && w.e.slots.Acquire(gctx, 1) == nil {
 			n++
 		}
 		cancel()
@@ -126,48 +125,45 @@ func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
 	return n, nil
 }
 
-// item is one entry of the ready queue: a message, or the messages of one FIFO group from one
+// item is one entry of the ready queue: a delivery, or the deliveries of one FIFO group from one
 // receive.
 type item struct {
-	m *Message
+	d *delivery
 	g *group
 }
 
-// dispatch queues the received messages for the runners, each holding one of the slots taken for
-// the receive. Every message's lease (its heartbeat) starts here, so that a message waiting for
-// its turn is covered as a running one is.
+// dispatch makes deliveries of the received messages, each holding one of the slots taken for
+// the receive, and queues them for the runners.
 func (w *Worker) dispatch(received []types.Message, slots int, requested time.Time) {
-	msgs := make([]*Message, 0, len(received))
-	arrived := time.Now()
-	for i := range received {
-		m := newMessage(&received[i], requested)
-		m.arrived = arrived
-		m.refused = UnwrapSNS(m, w.cfg.SNS)
-		startHeartbeat(w.sw, m, w.vis, w.now, w.cfg.MaxHold)
-		msgs = append(msgs, m)
+	w.e.metrics.Add(Received, len(received))
+	if len(received) > slots {
+		// A server returned more than asked for; those have no slot, and no lease yet.
+		extra := make([]*Message, 0, len(received)-slots)
+		for i := range received[slots:] {
+			extra = append(extra, newMessage(&received[slots+i], requested))
+		}
+		w.e.sw.release(extra)
+		received = received[:slots]
 	}
-	w.metrics.Add(Received, len(msgs))
-	if len(msgs) > slots {
-		// A server returned more than asked for; those have no slot.
-		w.sw.release(msgs[slots:])
-		msgs = msgs[:slots]
+	arrived := time.Now()
+	ds := make([]*delivery, len(received))
+	for i := range received {
+		ds[i] = w.e.receive(&received[i], requested, arrived)
 	}
 	if w.stopping.Load() {
-		w.sw.release(msgs)
-		w.slots.Release(int64(len(msgs)))
+		releaseAll(ds)
 		return
 	}
-	w.held.Add(int64(len(msgs)))
 	if !w.queue.FIFO {
-		for _, m := range msgs {
-			w.ready <- item{m: m}
+		for _, d := range ds {
+			w.ready <- item{d: d}
 		}
 		return
 	}
-	for _, g := range groups(msgs) {
+	for _, g := range groups(ds) {
 		grp := &group{rest: g}
-		for i, m := range g {
-			m.group, m.pos = grp, i
+		for i, d := range g {
+			d.group, d.pos = grp, i
 		}
 		w.pendingMu.Lock()
 		if w.pending == nil {
@@ -179,124 +175,37 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 	}
 }
 
-// groupDone forgets a FIFO group that has no message left to start.
+// groupDone forgets a FIFO group that has no delivery left to start.
 func (w *Worker) groupDone(g *group) {
 	w.pendingMu.Lock()
 	delete(w.pending, g)
 	w.pendingMu.Unlock()
 }
 
-// releasePending releases the messages of every FIFO group that have not started, at stop: they
+// releasePending releases the deliveries of every FIFO group that have not started, at stop: they
 // would wait behind the running one for nothing.
 func (w *Worker) releasePending() {
 	w.pendingMu.Lock()
-	var all []*Message
+	var all []*delivery
 	for g := range w.pending {
 		all = append(all, g.stop()...)
 	}
 	w.pending = nil
 	w.pendingMu.Unlock()
-	w.release(all, true)
+	releaseAll(all)
 }
 
-// group is the messages of one FIFO group from one receive, not yet started. It is where the
-// FIFO rule lives: once a message of the group is not done (it failed, was not started, or was
-// released), the group is halted, and none of its later messages runs in this delivery: they are
-// released, to come back in order after the one not done. Everything that decides a message's
-// fate asks the group (see Worker.halt and Batch.Runnable).
-type group struct {
-	mu     sync.Mutex
-	rest   []*Message // emptied for good by halt
-	halted bool
-	at     int // the position of the first message not done, once halted
-}
-
-// next removes and returns up to n messages from the front of the group.
-func (g *group) next(n int, out []*Message) []*Message {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	k := min(n, len(g.rest))
-	out = append(out, g.rest[:k]...)
-	g.rest = g.rest[k:]
-	return out
-}
-
-// len returns the number of messages waiting in the group.
-func (g *group) len() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.rest)
-}
-
-// halt records that m is not done and returns the messages the group still held (all after m),
-// to release.
-func (g *group) halt(m *Message) []*Message {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.halted || m.pos < g.at {
-		g.halted, g.at = true, m.pos
-	}
-	rest := g.rest
-	g.rest = nil
-	return rest
-}
-
-// stop empties the group, at stop, and returns what it held.
-func (g *group) stop() []*Message {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	rest := g.rest
-	g.rest = nil
-	return rest
-}
-
-// behind reports whether m comes after a message of its group that is not done: it must not run.
-func (g *group) behind(m *Message) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.halted && m.pos > g.at
-}
-
-// halt applies the FIFO rule to m, a message that is not done: the later messages of its group
-// that the worker still holds are released (they must not overtake it), and those already in a
-// batch are not run (Batch.Runnable).
-func (w *Worker) halt(m *Message) {
-	if m.group != nil {
-		w.release(m.group.halt(m), true)
-	}
-}
-
-// behind reports whether m must not run: it comes after a message of its FIFO group that is not
-// done.
-func behind(m *Message) bool { return m.group != nil && m.group.behind(m) }
-
-// groups splits msgs by MessageGroupId, keeping their order.
-func groups(msgs []*Message) [][]*Message {
-	var out [][]*Message
-	idx := make(map[string]int, len(msgs))
-	for _, m := range msgs {
-		i, ok := idx[m.GroupID]
-		if !ok {
-			i = len(out)
-			idx[m.GroupID] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], m)
-	}
-	return out
-}
-
-// runner takes batches of messages from the ready queue and runs them, until the queue is closed
+// runner takes batches of deliveries from the ready queue and runs them, until the queue is closed
 // (at stop) and drained. The rest of a FIFO group it has started stays with it (carry) and goes
-// first into its next batch, so the group's messages run in order, one batch at a time.
+// first into its next batch, so the group's messages run in order, one batch at a time. Each
+// delivery ends itself: the runner only schedules.
 func (w *Worker) runner() {
 	defer w.runners.Done()
 	bh, _ := w.cfg.Handler.(BatchHandler)
 	n := w.cfg.HandlerBatch
 	var (
 		carry []*group
-		buf   = make([]*Message, 0, n)
-		ok    = make([]bool, n)
+		buf   = make([]*delivery, 0, n)
 		timer *time.Timer
 	)
 	for {
@@ -309,34 +218,28 @@ func (w *Worker) runner() {
 			continue
 		}
 		now := time.Now()
-		for _, m := range buf {
-			w.metrics.Observe(HeldWait, now.Sub(m.arrived))
+		for _, d := range buf {
+			d.take(now)
 		}
-		w.held.Add(-int64(len(buf)))
 		if w.stopping.Load() {
-			w.release(buf, false)
+			releaseAll(buf)
 			for _, g := range carry {
-				w.release(g.stop(), true)
+				releaseAll(g.stop())
 			}
 			carry = carry[:0]
 			continue
 		}
 		run := buf
-		if w.pause.active() {
+		if w.e.pause.active() {
 			run = w.holdBack(buf) // a new slice: buf keeps its capacity of n
 		}
-		ok = ok[:len(run)]
-		if bh != nil && n > 1 {
-			w.processBatch(bh, run, ok)
-		} else {
-			for i, m := range run {
-				ok[i] = w.process(m)
-			}
-		}
-		for i, m := range run {
-			w.slots.Release(1)
-			if !ok[i] {
-				w.halt(m)
+		switch {
+		case len(run) == 0:
+		case bh != nil && n > 1:
+			w.processBatch(bh, run)
+		default:
+			for _, d := range run {
+				d.run(w.cfg.Handler)
 			}
 		}
 		carry = slices.DeleteFunc(carry, func(g *group) bool {
@@ -349,10 +252,10 @@ func (w *Worker) runner() {
 	}
 }
 
-// gather fills buf with up to n messages: first from the groups it carries, then from the ready
+// gather fills buf with up to n deliveries: first from the groups it carries, then from the ready
 // queue (waiting for the first one, then up to Linger for more). It reports whether the ready
 // queue is still open.
-func (w *Worker) gather(buf []*Message, n int, carry []*group, timer **time.Timer) ([]*Message, []*group, bool) {
+func (w *Worker) gather(buf []*delivery, n int, carry []*group, timer **time.Timer) ([]*delivery, []*group, bool) {
 	for _, g := range carry {
 		if len(buf) == n {
 			return buf, carry, true
@@ -360,8 +263,8 @@ func (w *Worker) gather(buf []*Message, n int, carry []*group, timer **time.Time
 		buf = g.next(n-len(buf), buf)
 	}
 	add := func(it item) {
-		if it.m != nil {
-			buf = append(buf, it.m)
+		if it.d != nil {
+			buf = append(buf, it.d)
 			return
 		}
 		buf = it.g.next(n-len(buf), buf)
@@ -410,48 +313,33 @@ func (w *Worker) gather(buf []*Message, n int, carry []*group, timer **time.Time
 	return buf, carry, true
 }
 
-// holdBack releases, during a pause, the messages received before it began: they would fail
-// as the ones that began it did, and burn a receive each. Probes (received during the pause) run.
-// The rest of the FIFO group of a released message is released with it. It returns the messages
-// to run.
-func (w *Worker) holdBack(buf []*Message) []*Message {
-	_, _, since, _ := w.pause.state()
+// holdBack releases, during a pause, the deliveries received before it began: they would fail as
+// the ones that began it did, and burn a receive each. Probes (received during the pause) run.
+// A released one halts its FIFO group. It returns the deliveries to run.
+func (w *Worker) holdBack(buf []*delivery) []*delivery {
+	_, _, since, _ := w.e.pause.state()
 	if since.IsZero() {
 		return buf
 	}
-	var out, back []*Message
-	for _, m := range buf {
-		if !m.Received.Before(since) && !behind(m) {
-			out = append(out, m)
+	var out, back []*delivery
+	for _, d := range buf {
+		if !d.m.Received.Before(since) && !d.behind() {
+			out = append(out, d)
 			continue
 		}
-		back = append(back, m)
-		w.halt(m)
+		back = append(back, d)
 	}
-	w.release(back, false)
+	releaseAll(back)
 	return out
-}
-
-// release makes msgs visible again without running them, and frees their slots. held says
-// whether they are still counted as held.
-func (w *Worker) release(msgs []*Message, held bool) {
-	if len(msgs) == 0 {
-		return
-	}
-	w.sw.release(msgs)
-	w.slots.Release(int64(len(msgs)))
-	if held {
-		w.held.Add(-int64(len(msgs)))
-	}
 }
 
 // drain releases everything left in the ready queue once it is closed, at stop.
 func (w *Worker) drain() {
 	for it := range w.ready {
-		if it.m != nil {
-			w.release([]*Message{it.m}, true)
+		if it.d != nil {
+			it.d.release()
 		} else {
-			w.release(it.g.stop(), true)
+			releaseAll(it.g.stop())
 		}
 	}
 }

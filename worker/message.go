@@ -39,12 +39,6 @@ type Message struct {
 	// SNS is the SNS metadata when the message arrived in an SNS notification envelope (see
 	// Config.SNS); Body and Attributes are then the published ones. nil otherwise.
 	SNS *SNSNotification
-
-	lease   *heartbeat // keeps the message invisible from its receive until it is settled or released
-	arrived time.Time  // when the ReceiveMessage call that returned it came back (HeldWait counts from here)
-	refused error      // why the message cannot reach its handler (a malformed SNS envelope), or nil
-	group   *group     // on a FIFO queue, the messages of its group from the same receive
-	pos     int        // its place in group
 }
 
 // Attribute returns the string value of the message attribute name (a String or Number

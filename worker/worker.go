@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/startstop"
 )
 
 // Backoff of a poller after failed receives, and of the pause after [Unavailable] results.
@@ -41,50 +43,31 @@ const (
 // Config.HandlerBatch for a [BatchHandler]). It deletes a message only after its handler
 // succeeded.
 type Worker struct {
-	client  SQSClient
-	cfg     Config
-	log     *slog.Logger
-	metrics Metrics
+	client SQSClient
+	cfg    Config
+	log    *slog.Logger
+	e      *engine // what the deliveries share
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	done    chan struct{} // closed when everything has stopped
+	life startstop.Base // started, stopping, stopped; the stop and work contexts
 
-	queue *Queue
-	vis   time.Duration // the visibility timeout in force
+	mu    sync.Mutex
+	queue *Queue // set under mu once the worker runs
 
-	slots    *semaphore.Weighted
-	inFlight atomic.Int64
-	stopping atomic.Bool
-
-	now func() time.Time // the clock of the 12-hour cap; tests move it
-
-	leaseLost     episodeLog   // lease-lost lines: one warning per episode
-	receiveFailed episodeLog   // likewise for failed receives
+	stopping      atomic.Bool
+	receiveFailed episodeLog   // failed-receive lines: one warning per episode
 	lastReceive   atomic.Int64 // unix nanoseconds of the last ReceiveMessage that succeeded
-	lastCommit    atomic.Int64 // of the last message processed or found a duplicate
-	progress      atomic.Int64 // of the last sign of life: a poll loop, a heartbeat, a settled message
 	startedAt     time.Time
 
-	stopCtx    context.Context // ends at the start of a stop: no new receives
-	stopCancel context.CancelCauseFunc
-	recvCtx    context.Context // ends at a hard stop: receives in flight are abandoned
+	recvCtx    context.Context // ends at a hard stop, or a grace after the stop: receives in flight are abandoned
 	recvCancel context.CancelCauseFunc
-	workCtx    context.Context
-	workCancel context.CancelCauseFunc
 
-	ready chan item    // received messages for the runners; closed once the pollers have stopped
-	held  atomic.Int64 // received messages not yet started
+	ready chan item // received deliveries for the runners; closed once the pollers have stopped
 
 	pendingMu sync.Mutex
-	pending   map[*group]struct{} // FIFO groups with messages not yet started
+	pending   map[*group]struct{} // FIFO groups with deliveries not yet started
 
 	pollers sync.WaitGroup
 	runners sync.WaitGroup
-	sw      *sqsWriter // every SQS write about a received message
-	del     *deleter
-	pause   pauser
 }
 
 // New returns a worker that reads with client, as cfg says. It does no I/O; [Worker.Start] does.
@@ -106,18 +89,17 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: Config.WaitTime is %v but the SQS client's HTTP timeout is %v: "+
 			"a long poll would time out; raise the HTTP timeout or lower Config.WaitTime", c.WaitTime, t)
 	}
-	return &Worker{
+	w := &Worker{
 		client:        client,
 		cfg:           c,
 		log:           c.Logger,
-		metrics:       c.Metrics,
-		now:           time.Now,
-		done:          make(chan struct{}),
-		leaseLost:     episodeLog{quiet: time.Minute},
+		life:          startstop.Base{Cause: ErrStopping, Name: "worker"},
 		receiveFailed: episodeLog{quiet: time.Minute},
-		slots:         semaphore.NewWeighted(int64(c.capacity())),
 		ready:         make(chan item, c.capacity()),
-	}, nil
+	}
+	w.e = &engine{cfg: &w.cfg, metrics: c.Metrics, log: c.Logger, now: time.Now,
+		leaseLost: episodeLog{quiet: time.Minute}, slots: semaphore.NewWeighted(int64(c.capacity()))}
+	return w, nil
 }
 
 // Queue returns what the worker learned about its queue at start, or nil before
@@ -129,7 +111,7 @@ func (w *Worker) Queue() *Queue {
 }
 
 // InFlight returns the number of handlers running now.
-func (w *Worker) InFlight() int { return int(w.inFlight.Load()) }
+func (w *Worker) InFlight() int { return int(w.e.inFlight.Load()) }
 
 // Start reads the queue's attributes, runs the start-up checks and starts the pollers. It
 // returns once the worker is running, or with the reason it refused to start:
@@ -141,20 +123,14 @@ func (w *Worker) InFlight() int { return int(w.inFlight.Load()) }
 // retention period ends. ctx bounds the start-up calls and carries values to the handlers; it does
 // not stop the worker when it ends after Start returned ([Worker.Stop] does).
 func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	if w.started {
-		w.mu.Unlock()
-		return errors.New("worker: Start called twice")
-	}
-	w.started = true
-	w.mu.Unlock()
-	if err := w.start(ctx); err != nil {
-		w.mu.Lock()
-		w.started = false // a failed Start may be tried again
-		w.mu.Unlock()
+	if err := w.life.BeginStart(); err != nil {
 		return err
 	}
-	return nil
+	err := w.start(ctx)
+	if err != nil {
+		w.life.EndStart(ctx, false) // a failed Start may be tried again
+	}
+	return err
 }
 
 func (w *Worker) start(ctx context.Context) error {
@@ -172,12 +148,12 @@ func (w *Worker) start(ctx context.Context) error {
 	// Everything the pollers, Stop and State read is set before the queue is published under
 	// the lock, which is what they check first.
 	w.startedAt = time.Now()
-	w.vis, w.log = vis, log
-	w.stopCtx, w.stopCancel = context.WithCancelCause(base)
+	w.log, w.e.log, w.e.vis = log, log, vis
+	w.life.EndStart(ctx, true)
 	w.recvCtx, w.recvCancel = context.WithCancelCause(base)
-	w.workCtx, w.workCancel = context.WithCancelCause(base)
-	w.sw = &sqsWriter{client: w.client, url: q.URL, fifo: q.FIFO, metrics: w.metrics, log: log, base: base}
-	w.del = newDeleter(w.sw, w.cfg.DeleteInterval, w.cfg.Concurrency+MaxBatchSize)
+	w.e.work = w.life.WorkContext()
+	w.e.sw = &sqsWriter{client: w.client, url: q.URL, fifo: q.FIFO, metrics: w.e.metrics, log: log, base: base}
+	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.cfg.Concurrency+MaxBatchSize)
 	w.mu.Lock()
 	w.queue = q
 	w.mu.Unlock()
@@ -278,19 +254,14 @@ func (w *Worker) Stop(ctx context.Context) error { return w.stop(ctx, false) }
 func (w *Worker) StopAndCancel(ctx context.Context) error { return w.stop(ctx, true) }
 
 func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
-	w.mu.Lock()
-	if w.queue == nil {
-		w.mu.Unlock()
-		return errors.New("worker: Stop called on a worker that is not running")
+	first, err := w.life.BeginStop()
+	if err != nil {
+		return err
 	}
-	first := !w.stopped
-	w.stopped = true
-	w.mu.Unlock()
 	if first {
 		w.stopping.Store(true)
-		w.stopCancel(ErrStopping)
 		began, running := time.Now(), w.InFlight()
-		released0, deleted0 := w.sw.released.Load(), w.sw.deleted.Load()
+		released0, deleted0 := w.e.sw.released.Load(), w.e.sw.deleted.Load()
 		go func() {
 			grace := time.AfterFunc(receiveGrace, func() { w.recvCancel(ErrStopping) })
 			w.pollers.Wait()
@@ -299,32 +270,32 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 			w.releasePending()
 			w.drain()
 			w.runners.Wait()
-			w.del.close()
-			cancelled := w.workCtx.Err() != nil
+			w.e.del.close()
+			cancelled := w.e.work.Err() != nil
 			w.recvCancel(ErrStopping)
-			w.workCancel(ErrStopping)
+			w.life.CancelWork()
 			w.log.Info("worker: stopped", "handlers_running_at_stop", running, "handlers_cancelled", cancelled,
-				"released", w.sw.released.Load()-released0, "deleted_during_stop", w.sw.deleted.Load()-deleted0,
+				"released", w.e.sw.released.Load()-released0, "deleted_during_stop", w.e.sw.deleted.Load()-deleted0,
 				"took", time.Since(began).Round(time.Millisecond))
-			close(w.done)
+			w.life.Finished()
 		}()
 	}
 	if cancelNow {
-		w.workCancel(ErrStopping)
+		w.life.CancelWork()
 	}
 	soft := time.NewTimer(w.cfg.ShutdownTimeout)
 	defer soft.Stop()
 	select {
-	case <-w.done:
+	case <-w.life.Done():
 		return nil
 	case <-soft.C:
 		w.log.Warn("worker: shutdown timeout reached; cancelling running handlers", "in_flight", w.InFlight())
 	case <-ctx.Done():
 	}
 	w.recvCancel(ErrStopping)
-	w.workCancel(ErrStopping)
+	w.life.CancelWork()
 	select {
-	case <-w.done:
+	case <-w.life.Done():
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("worker: stop: %d handlers still running: %w", w.InFlight(), ctx.Err())

@@ -62,14 +62,11 @@ func (s *sqsWriter) changeVisibility(m *Message, secs int32) {
 	}
 }
 
-// release makes msgs visible again at once, without running them. Their leases end first, so
-// that no extension lands after the release.
+// release makes msgs visible again at once, without running them. Their leases must have ended
+// (delivery.release stops them), so that no extension lands after the release.
 func (s *sqsWriter) release(msgs []*Message) {
 	if len(msgs) == 0 {
 		return
-	}
-	for _, m := range msgs {
-		m.lease.stop()
 	}
 	s.released.Add(int64(len(msgs)))
 	s.metrics.Add(Released, len(msgs))

@@ -9,20 +9,20 @@ import (
 	"time"
 )
 
-// heartbeat is the lease on one received message. It starts when the message is received, not
-// when its handler starts, so that a message held for later (behind the running head of its FIFO
-// group) stays invisible as long as the running one does: otherwise it would lapse, be received
-// again by another poller, and run twice and out of order.
+// lease keeps one received message invisible, with a heartbeat. It starts when the message is
+// received, not when its handler starts, so that a message held for later (behind the running
+// head of its FIFO group) stays invisible as long as the running one does: otherwise it would
+// lapse, be received again by another poller, and run twice and out of order.
 //
-// It extends the message's visibility every third of the visibility timeout. When it cannot (the
+// Its heartbeat extends the message's visibility every third of the visibility timeout. When it cannot (the
 // receipt handle is gone, or the 12-hour cap of this receive is near), the lease is lost: a
 // running handler is cancelled with [ErrLeaseLost]; a held message is marked lost, so that it is
 // not started. A failed extension is retried with exponential backoff and jitter from
 // heartbeatRetry up to the interval, always leaving a last try before the lease ends; the first
 // failure of a run is logged as a warning, the rest at debug level.
-type heartbeat struct {
+type lease struct {
 	sw  *sqsWriter
-	m   *Message
+	m   *Message         // for its receipt handle and receive time
 	vis time.Duration    // each extension's length
 	now func() time.Time // the clock of the 12-hour cap
 
@@ -44,13 +44,12 @@ type heartbeat struct {
 // heartbeatRetry is the delay before a failed extension is tried again.
 const heartbeatRetry = time.Second
 
-// startHeartbeat starts the lease of a message just received, extending it by vis every third
-// of vis, and sets m.lease to it.
-func startHeartbeat(sw *sqsWriter, m *Message, vis time.Duration, now func() time.Time, maxHold time.Duration) *heartbeat {
-	h := &heartbeat{sw: sw, m: m, vis: vis, now: now, interval: max(vis/3, 100*time.Millisecond),
+// startLease starts the lease of a message just received, extending it by vis every third of
+// vis.
+func startLease(sw *sqsWriter, m *Message, vis time.Duration, now func() time.Time, maxHold time.Duration) *lease {
+	h := &lease{sw: sw, m: m, vis: vis, now: now, interval: max(vis/3, 100*time.Millisecond),
 		maxHold: maxHold, heldSince: time.Now()}
 	h.leaseUntil = m.Received.Add(vis)
-	m.lease = h // before the timer starts: beat reads it (a release stops the lease)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.interval, h.beat)
 	h.mu.Unlock()
@@ -60,7 +59,7 @@ func startHeartbeat(sw *sqsWriter, m *Message, vis time.Duration, now func() tim
 // attach hands the lease to the handler that starts now: if the lease is lost from here on,
 // cancel is called. It returns the reason if the lease is already lost; the handler must then
 // not run.
-func (h *heartbeat) attach(cancel context.CancelCauseFunc) error {
+func (h *lease) attach(cancel context.CancelCauseFunc) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.lost != nil {
@@ -71,7 +70,7 @@ func (h *heartbeat) attach(cancel context.CancelCauseFunc) error {
 }
 
 // lostErr returns why the lease was lost, or nil.
-func (h *heartbeat) lostErr() error {
+func (h *lease) lostErr() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lost
@@ -83,7 +82,7 @@ var errHeldTooLong = errors.New("worker: message held too long without a free ha
 
 // stop stops the heartbeat and waits for an extension in progress. After it returns, nothing
 // changes the message's visibility on the lease's behalf.
-func (h *heartbeat) stop() {
+func (h *lease) stop() {
 	h.mu.Lock()
 	h.stopped = true
 	h.timer.Stop()
@@ -95,14 +94,14 @@ func (h *heartbeat) stop() {
 }
 
 // lose records that the lease is lost and cancels the running handler, if any; h.mu must be held.
-func (h *heartbeat) lose(err error) {
+func (h *lease) lose(err error) {
 	h.lost = err
 	if h.cancel != nil {
 		h.cancel(err)
 	}
 }
 
-func (h *heartbeat) beat() {
+func (h *lease) beat() {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
@@ -110,7 +109,10 @@ func (h *heartbeat) beat() {
 	}
 	if h.cancel == nil && h.maxHold > 0 && time.Since(h.heldSince) >= h.maxHold {
 		// Still waiting for a handler after MaxHold: hand it back to the queue, and never run it.
+		// Its delivery ends when a runner takes it and finds the lease lost.
 		h.lost = fmt.Errorf("%w (Config.MaxHold %v)", errHeldTooLong, h.maxHold)
+		h.stopped = true
+		h.timer.Stop()
 		h.mu.Unlock()
 		h.sw.release([]*Message{h.m})
 		return
