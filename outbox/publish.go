@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/internal/core/plainbody"
 )
 
 // SQSClient is the part of the SQS API that the relay uses. Its method copies the signature of
@@ -119,7 +119,7 @@ func (rl *Relay) publish(ctx context.Context, batch []*row) []error {
 			}
 			in.Entries[i] = e
 		}
-		out, err := rl.cfg.SQS.SendMessageBatch(ctx, in, worker.PlainRequestBodies)
+		out, err := rl.cfg.SQS.SendMessageBatch(ctx, in, plainSQSRequestBodies)
 		if callErr = err; err == nil {
 			for _, s := range out.Successful {
 				succeeded(aws.ToString(s.Id))
@@ -170,12 +170,9 @@ func (rl *Relay) publish(ctx context.Context, batch []*row) []error {
 	return errs
 }
 
-// plainSNSRequestBodies applies worker.PlainRequestBodies to an SNS call: the SDK fault it
-// avoids (aws-sdk-go-v2 #2737) is in the HTTP layer that every client shares, and a PublishBatch
-// retried after a lost answer publishes twice.
-func plainSNSRequestBodies(o *sns.Options) {
-	var so sqs.Options
-	so.HTTPClient = o.HTTPClient
-	worker.PlainRequestBodies(&so)
-	o.HTTPClient = so.HTTPClient
-}
+// plainSQSRequestBodies and plainSNSRequestBodies work around an aws-sdk-go-v2 fault (#2737) in
+// the HTTP layer every client shares (see internal/core/plainbody): a SendMessageBatch or
+// PublishBatch retried after a lost answer sends twice.
+func plainSQSRequestBodies(o *sqs.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
+
+func plainSNSRequestBodies(o *sns.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }

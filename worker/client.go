@@ -2,11 +2,11 @@ package worker
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/plainbody"
 )
 
 // SQSClient is the part of the SQS API that the worker uses. Its methods copy the signatures of
@@ -31,44 +31,7 @@ type SQSClient interface {
 // messages invisible, nobody holds their receipt handles, and they wait out the visibility timeout.
 //
 // The worker passes this option on every call it makes. Pass it to your own consumers too.
-func PlainRequestBodies(o *sqs.Options) {
-	next := o.HTTPClient
-	if next == nil {
-		next = http.DefaultClient
-	}
-	if _, ok := next.(plainBodyClient); ok {
-		return
-	}
-	o.HTTPClient = plainBodyClient{next: next}
-}
-
-type plainBodyClient struct{ next sqs.HTTPClient }
-
-func (c plainBodyClient) Do(req *http.Request) (*http.Response, error) {
-	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = plainBody{req.Body}
-	}
-	return c.next.Do(req)
-}
-
-// GetTimeout passes the wrapped client's timeout through.
-func (c plainBodyClient) GetTimeout() time.Duration { return httpTimeout(c.next) }
-
-type plainBody struct{ rc io.ReadCloser }
-
-func (b plainBody) Read(p []byte) (int, error) { return b.rc.Read(p) }
-func (b plainBody) Close() error               { return b.rc.Close() }
-
-// httpTimeout returns the overall timeout of an HTTP client, or 0 if it has none or it is unknown.
-func httpTimeout(c any) time.Duration {
-	switch c := c.(type) {
-	case *http.Client:
-		return c.Timeout
-	case interface{ GetTimeout() time.Duration }:
-		return c.GetTimeout()
-	}
-	return 0
-}
+func PlainRequestBodies(o *sqs.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
 
 // clientHTTPTimeout returns the HTTP timeout of an *sqs.Client (or anything with its Options
 // method), or 0.
@@ -77,5 +40,5 @@ func clientHTTPTimeout(c SQSClient) time.Duration {
 	if !ok {
 		return 0
 	}
-	return httpTimeout(oc.Options().HTTPClient)
+	return plainbody.Timeout(oc.Options().HTTPClient)
 }

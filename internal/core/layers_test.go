@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -36,9 +37,42 @@ func TestLayers(t *testing.T) {
 			case public && strings.Contains(imp, "/internal/") && !strings.HasPrefix(imp, module+"/internal/core"):
 				t.Errorf("%s (public) imports the upper layer %s", pkg, imp)
 			}
+			// The SQS side and the PostgreSQL side know nothing of each other; the adapter
+			// (worker/inboxhandler) joins them, and the outbox publishes without the worker.
+			for _, rule := range [][2]string{{"/worker", "/inbox"}, {"/inbox", "/worker"}, {"/outbox", "/worker"}} {
+				if pkg == module+rule[0] && (imp == module+rule[1] || strings.HasPrefix(imp, module+rule[1]+"/")) {
+					t.Errorf("%s imports %s", pkg, imp)
+				}
+			}
 		}
 	}
 	if checked < 10 {
 		t.Fatalf("checked %d packages; the listing looks wrong:\n%s", checked, out)
+	}
+}
+
+// TestCoreDocNamesItsPackages keeps internal/core's package doc true: it names every package of
+// the lower layer.
+func TestCoreDocNamesItsPackages(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		n++
+		if !strings.Contains(string(doc), e.Name()) {
+			t.Errorf("internal/core's doc.go does not name its package %s", e.Name())
+		}
+	}
+	if n == 0 {
+		t.Fatal("no packages under internal/core")
 	}
 }
