@@ -158,18 +158,25 @@ func (ib *Inbox) RunBatch(ctx context.Context, items []Item, order Order) ([]Res
 			return res, st
 		case attemptMore:
 			continue // committed early: not a retry
-		}
-		if attempt == maxBatchAttempts {
-			if r.unknown != nil {
-				r.unknownAll(r.unknown)
-				return res, st
+		case attemptRetry:
+			if attempt < maxBatchAttempts {
+				attempt++
+				st.Retries++
+				continue
 			}
-			st.Fallback = true
-			r.oneByOne()
+		}
+		// The one place a batch gives up on its transaction: a claim blocked by another
+		// transaction's uncommitted claim (the batch cannot tell which item), or the attempts
+		// used up. Items whose COMMIT's outcome is unknown are left to their redeliveries (a
+		// blocked claim then is most likely that COMMIT's own transaction, not yet ended); the
+		// others run one transaction each.
+		if r.unknown != nil {
+			r.unknownAll(r.unknown)
 			return res, st
 		}
-		attempt++
-		st.Retries++
+		st.Fallback = true
+		r.oneByOne()
+		return res, st
 	}
 }
 
@@ -227,9 +234,10 @@ func (r *batchRun) runCtx(i int) (context.Context, context.CancelFunc) {
 type attempt int
 
 const (
-	attemptDone  attempt = iota // every item is decided
-	attemptRetry                // rolled back: run the undecided items again
-	attemptMore                 // committed early (the subtransaction budget): run the rest
+	attemptDone     attempt = iota // every item is decided
+	attemptRetry                   // rolled back: run the undecided items again
+	attemptMore                    // committed early (the subtransaction budget): run the rest
+	attemptFallback                // a claim was blocked: give up the shared transaction
 )
 
 // attemptTx is one transaction of the batch, while its items run.
@@ -325,19 +333,24 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 	for j, c := range claims {
 		handlers[j], keys[j] = c.handler, c.key
 	}
+	a.fresh = make(map[pair]bool, len(claims))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(r.ib.sql.batchClaim, handlers, keys)
+	b.Queue(r.ib.sql.batchClaim, handlers, keys).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var p pair
+			if err := rows.Scan(&p.handler, &p.key); err != nil {
+				return err
+			}
+			a.fresh[p] = true
+		}
+		return rows.Err()
+	})
 	b.Queue(resetLockTimeout)
 	b.Queue("SAVEPOINT " + itemSavepoint)
 	br := r.ib.pool.SendBatch(r.ctx, b)
 	a.tx = br.Tx()
-	_, beginErr := br.Exec()
-	fresh, claimErr := claimedKeys(br)
-	_, resetErr := br.Exec()
-	_, spErr := br.Exec()
-	a.fresh = fresh
-	if err := cmp.Or(beginErr, claimErr, resetErr, spErr, br.Close()); err != nil {
+	if err := br.Close(); err != nil { // the first statement's error: they run in order
 		err = claimError(r.ctx, err)
 		r.endClaims(err)
 		return err
@@ -345,24 +358,15 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 	return nil
 }
 
-// claimFailed ends an attempt whose claim failed: a blocked claim falls back to one transaction
-// per item, a deadlock is retried, and anything else fails every undecided item.
+// claimFailed ends an attempt whose claim failed: a deadlock is retried, a blocked claim gives up
+// the shared transaction, and anything else fails every undecided item.
 func (r *batchRun) claimFailed(tx pgx.Tx, err error) attempt {
-	if r.unknown != nil && errors.Is(err, ErrClaimBlocked) {
-		// Blocked by the transaction whose COMMIT was unknown (its session not ended yet): the
-		// redeliveries settle it.
-		_ = tx.Rollback(context.WithoutCancel(r.ctx))
-		r.unknownAll(r.unknown)
-		return attemptDone
-	}
 	if r.ctx.Err() == nil && (errors.Is(err, ErrClaimBlocked) || retryable(err)) {
 		_ = tx.Rollback(context.WithoutCancel(r.ctx))
 		if retryable(err) {
 			return attemptRetry
 		}
-		r.st.Fallback = true
-		r.oneByOne()
-		return attemptDone
+		return attemptFallback
 	}
 	return r.failAll(tx, err)
 }
@@ -470,25 +474,6 @@ func (r *batchRun) commit(a *attemptTx) attempt {
 	}
 	r.settleTwins(a.owner)
 	return attemptDone
-}
-
-// claimedKeys reads the claims the batch claim inserted.
-func claimedKeys(br pgx.BatchResults) (map[pair]bool, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	fresh := map[pair]bool{}
-	for rows.Next() {
-		var p pair
-		if err := rows.Scan(&p.handler, &p.key); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		fresh[p] = true
-	}
-	rows.Close()
-	return fresh, rows.Err()
 }
 
 // notRun decides item i with err before its function ran; its claim, if it owns a fresh one, is

@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,15 +106,14 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {
 	// BEGIN and the claim, which also bounds the transaction's waits (see boundedClaim), travel
 	// in one round trip.
+	var tag pgconn.CommandTag
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(ib.sql.boundedClaim, handler, key)
+	b.Queue(ib.sql.boundedClaim, handler, key).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, false)
 	br := ib.pool.SendBatch(hctx, b)
 	tx := br.Tx()
-	_, beginErr := br.Exec()
-	tag, claimErr := br.Exec()
-	err := cmp.Or(beginErr, claimErr, br.Close()) // the first error says what went wrong
+	err := br.Close() // the first error says what went wrong: the statements run in order
 	// The rollback must happen even when ctx is done. After a commit it is a no-op.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err != nil {

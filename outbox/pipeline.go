@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The relay is a pipeline: one feeder goroutine talks to PostgreSQL, and Senders publisher
@@ -32,8 +33,8 @@ type job struct {
 	deadline time.Time // Lease/2 after the claim was sent: a job not begun by then is released
 }
 
-// outcome is what a publisher did with a job's rows.
-type outcome struct {
+// jobReport is what a publisher did with a job's rows.
+type jobReport struct {
 	token        string
 	sent, unsent []int64
 	failed       []int64
@@ -41,14 +42,14 @@ type outcome struct {
 	fifo         bool // the job had FIFO rows: once marked, the next row of their groups may be claimable
 }
 
-// marks are the outcomes the feeder has not written yet: ids with the token of their claim.
+// marks are the reports the feeder has not written yet: ids with the token of their claim.
 type marks struct {
 	sentIDs, failedIDs, releaseIDs          []int64
 	sentTokens, failedTokens, releaseTokens []string
 	failedErrs                              []string
 }
 
-func (m *marks) add(o outcome) {
+func (m *marks) add(o jobReport) {
 	for _, id := range o.sent {
 		m.sentIDs, m.sentTokens = append(m.sentIDs, id), append(m.sentTokens, o.token)
 	}
@@ -63,14 +64,14 @@ func (m *marks) add(o outcome) {
 
 func (m *marks) len() int { return len(m.sentIDs) + len(m.failedIDs) + len(m.releaseIDs) }
 
-// feeder claims rows for the publishers and writes the marks of their outcomes, until Stop.
+// feeder claims rows for the publishers and writes the marks of their reports, until Stop.
 // Then it stops claiming, closes the queue (the publishers release what they take from it
-// afterwards), waits for every outcome, writes the last marks and returns.
+// afterwards), waits for every report, writes the last marks and returns.
 func (rl *Relay) feeder() {
 	defer rl.wg.Done()
 	var (
 		m        marks
-		inflight int  // jobs queued or being published, whose outcome has not come back
+		inflight int  // jobs queued or being published, whose report has not come back
 		hungry   bool // claim again as soon as the queue is short: the last claim found rows, or a wake came since
 		closed   bool
 	)
@@ -131,7 +132,7 @@ func (rl *Relay) feeder() {
 }
 
 // publisher publishes the queued jobs until the queue is closed and empty, and reports each
-// one's outcome. A job taken while the relay stops, or past its deadline, is released untried.
+// one's report. A job taken while the relay stops, or past its deadline, is released untried.
 func (rl *Relay) publisher() {
 	defer rl.wg.Done()
 	for j := range rl.jobs {
@@ -139,8 +140,8 @@ func (rl *Relay) publisher() {
 	}
 }
 
-func (rl *Relay) publishJob(j *job) outcome {
-	o := outcome{token: j.token}
+func (rl *Relay) publishJob(j *job) jobReport {
+	o := jobReport{token: j.token}
 	for _, r := range j.rows {
 		o.fifo = o.fifo || r.fifo
 	}
@@ -177,10 +178,10 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // round writes m and, if claim, claims rows, in one round trip (one implicit transaction), and
-// returns the claimed rows as jobs, and as an outcome to mark those that cannot be published. If the round fails with marks in it, the marks are written
+// returns the claimed rows as jobs, and as an jobReport to mark those that cannot be published. If the round fails with marks in it, the marks are written
 // again alone: a failed claim must not lose them. The marks outlive a hard stop (a row published
 // and left unmarked is published again); each round is bounded by PublishTimeout.
-func (rl *Relay) round(m *marks, claim bool) ([]*job, outcome, error) {
+func (rl *Relay) round(m *marks, claim bool) ([]*job, jobReport, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.workCtx), rl.cfg.PublishTimeout)
 	defer cancel()
 	jobs, bad, err := rl.roundTrip(ctx, m, claim)
@@ -192,79 +193,63 @@ func (rl *Relay) round(m *marks, claim bool) ([]*job, outcome, error) {
 	return jobs, bad, err
 }
 
-func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, outcome, error) {
-	b := &pgx.Batch{}
-	b.Queue(rl.sql.plan)
-	if len(m.releaseIDs) > 0 {
-		b.Queue(rl.sql.release, m.releaseIDs, m.releaseTokens)
-	}
-	if len(m.sentIDs) > 0 {
-		b.Queue(rl.sql.sent, m.sentIDs, m.sentTokens)
-	}
-	if len(m.failedIDs) > 0 {
-		b.Queue(rl.sql.failed, m.failedIDs, m.failedErrs, m.failedTokens, rl.cfg.BackoffMax.Seconds(), rl.cfg.BackoffMin.Seconds(), rl.cfg.MaxAttempts)
-	}
-	token := newToken()
-	deadline := time.Now().Add(rl.cfg.Lease / 2)
-	if claim {
-		b.Queue(rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token)
-	}
-	br := rl.pool.SendBatch(ctx, b)
+func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, jobReport, error) {
 	var (
 		published, parked int64
 		claimed           []*row
 		raw               [][]byte
 	)
-	err := func() error {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("outbox: set the claim's planner settings: %w", err)
+	// Each statement carries its own reader (pgx runs them in order at Close and stops at the
+	// first error), and names itself in that error.
+	wrap := func(what string, err error) error {
+		if err != nil {
+			return fmt.Errorf("outbox: %s: %w", what, err)
 		}
-		if len(m.releaseIDs) > 0 {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("outbox: release %d rows: %w", len(m.releaseIDs), err)
-			}
-		}
-		if len(m.sentIDs) > 0 {
+		return nil
+	}
+	exec := func(qq *pgx.QueuedQuery, what string, read func(pgconn.CommandTag)) {
+		qq.Fn = func(br pgx.BatchResults) error {
 			tag, err := br.Exec()
-			if err != nil {
-				return fmt.Errorf("outbox: mark %d rows sent (they will be published again when the lease ends): %w", len(m.sentIDs), err)
+			if err == nil && read != nil {
+				read(tag)
 			}
-			published = tag.RowsAffected()
+			return wrap(what, err)
 		}
-		if len(m.failedIDs) > 0 {
-			if err := br.QueryRow().Scan(&parked); err != nil {
-				return fmt.Errorf("outbox: mark %d rows failed: %w", len(m.failedIDs), err)
-			}
-		}
-		if claim {
-			rs, err := br.Query()
-			if err != nil {
-				return fmt.Errorf("outbox: claim: %w", err)
-			}
+	}
+	b := &pgx.Batch{}
+	exec(b.Queue(rl.sql.plan), "set the claim's planner settings", nil)
+	if n := len(m.releaseIDs); n > 0 {
+		exec(b.Queue(rl.sql.release, m.releaseIDs, m.releaseTokens), fmt.Sprintf("release %d rows", n), nil)
+	}
+	if n := len(m.sentIDs); n > 0 {
+		exec(b.Queue(rl.sql.sent, m.sentIDs, m.sentTokens), fmt.Sprintf("mark %d rows sent (they will be published again when the lease ends)", n),
+			func(tag pgconn.CommandTag) { published = tag.RowsAffected() })
+	}
+	if n := len(m.failedIDs); n > 0 {
+		b.Queue(rl.sql.failed, m.failedIDs, m.failedErrs, m.failedTokens, rl.cfg.BackoffMax.Seconds(), rl.cfg.BackoffMin.Seconds(), rl.cfg.MaxAttempts).
+			QueryRow(func(row pgx.Row) error { return wrap(fmt.Sprintf("mark %d rows failed", n), row.Scan(&parked)) })
+	}
+	token := newToken()
+	deadline := time.Now().Add(rl.cfg.Lease / 2)
+	if claim {
+		b.Queue(rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token).Query(func(rs pgx.Rows) error {
 			for rs.Next() {
 				r := &row{}
 				var kind string
 				var attrs []byte
 				if err := rs.Scan(&r.id, &r.eventID, &kind, &r.destination, &r.fifo, &r.body, &attrs, &r.groupID, &r.dedupID, &r.delay); err != nil {
-					rs.Close()
-					return fmt.Errorf("outbox: claim: %w", err)
+					return wrap("claim", err)
 				}
 				r.kind = Kind(kind)
 				claimed, raw = append(claimed, r), append(raw, attrs)
 			}
-			if err := rs.Err(); err != nil {
-				return fmt.Errorf("outbox: claim: %w", err)
-			}
-		}
-		return nil
-	}()
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("outbox: relay round: %w", cerr)
+			return wrap("claim", rs.Err())
+		})
 	}
-	bad := outcome{token: token}
-	if err != nil {
-		return nil, bad, err // the transaction rolled back: nothing of it happened
+	if err := rl.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, jobReport{token: token}, err // the transaction rolled back: nothing of it happened
 	}
+	bad := jobReport{token: token}
 	rl.counted(m, published, parked)
 	// A row whose attributes do not decode can never be published: it fails, and is parked in
 	// the end, instead of being claimed again at every lease.
