@@ -8,18 +8,11 @@ import (
 	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
 )
 
-// PurgeResult reports one purge run.
-type PurgeResult struct {
-	// Deleted is the number of rows deleted.
-	Deleted int64
-	// Batches is the number of DELETE statements run.
-	Batches int
-	// Horizon is the database time before which rows were deleted: now() - retention, read from
-	// the server's clock.
-	Horizon time.Time
-	// Skipped is true when another process held the purge lock, so this run did nothing.
-	Skipped bool
-}
+// PurgeResult reports one purge run: the rows deleted (Deleted), the DELETE statements run
+// (Batches), the database time before which rows were deleted (Horizon: now() - retention, by the
+// server's clock), and whether another process held the purge lock, so this run did nothing
+// (Skipped). The outbox and the HTTP middleware report their purges with it too.
+type PurgeResult = pgpurge.Result
 
 // Purge deletes processed rows older than the retention, once. It deletes in batches of
 // Config.PurgeBatchSize, each its own short transaction, using the database's clock. Only one
@@ -36,7 +29,7 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 	if age < ib.cfg.Retention {
 		return PurgeResult{}, fmt.Errorf("inbox: purge age %v is shorter than the retention %v: rows still needed to catch redeliveries would go", age, ib.cfg.Retention)
 	}
-	r, err := pgpurge.Run(ctx, ib.pool, pgpurge.Target{
+	return pgpurge.Run(ctx, ib.pool, pgpurge.Target{
 		Schema:    ib.cfg.Schema,
 		Table:     "processed_messages",
 		Column:    "seen_at",
@@ -45,18 +38,10 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 		LockKey:   "sqsinbox.purge." + ib.cfg.Schema + ".processed_messages",
 		OnBatch:   progress,
 	})
-	return PurgeResult{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Skipped: r.Locked}, err
 }
 
 // PurgeLoop runs [Inbox.Purge] now and then every Config.PurgeInterval until ctx ends, logging
 // each run. Errors are logged and retried at the next interval. It returns context.Cause(ctx).
 func (ib *Inbox) PurgeLoop(ctx context.Context) error {
-	return pgpurge.Loop(ctx, ib.cfg.PurgeInterval, ib.cfg.Logger, "inbox", ib.cfg.Schema, func(ctx context.Context) (pgpurge.Result, error) {
-		r, err := ib.Purge(ctx)
-		return r.result(), err
-	})
-}
-
-func (r PurgeResult) result() pgpurge.Result {
-	return pgpurge.Result{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Locked: r.Skipped}
+	return pgpurge.Loop(ctx, ib.cfg.PurgeInterval, ib.cfg.Logger, "inbox", ib.cfg.Schema, ib.Purge)
 }

@@ -2,28 +2,20 @@ package outbox
 
 import (
 	"context"
-	"time"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
 )
 
-// PurgeResult reports one purge run.
-type PurgeResult struct {
-	// Deleted is the number of rows deleted.
-	Deleted int64
-	// Batches is the number of DELETE statements run.
-	Batches int
-	// Horizon is the database time before which sent rows were deleted.
-	Horizon time.Time
-	// Skipped is true when another process held the purge lock, so this run did nothing.
-	Skipped bool
-}
+// PurgeResult reports one purge run: the rows deleted (Deleted), the DELETE statements run
+// (Batches), the database time before which sent rows were deleted (Horizon), and whether another
+// process held the purge lock, so this run did nothing (Skipped).
+type PurgeResult = pgpurge.Result
 
 // Purge deletes rows sent longer than Config.Retention ago, once, in batches of
 // Config.PurgeBatchSize by the database's clock, on one process at a time (an advisory lock;
 // Skipped is set when another holds it). Unsent and parked rows are never deleted.
 func (ob *Outbox) Purge(ctx context.Context) (PurgeResult, error) {
-	r, err := pgpurge.Run(ctx, ob.pool, pgpurge.Target{
+	return pgpurge.Run(ctx, ob.pool, pgpurge.Target{
 		Schema:    ob.cfg.Schema,
 		Table:     "outbox_messages",
 		Column:    "sent_at",
@@ -31,14 +23,10 @@ func (ob *Outbox) Purge(ctx context.Context) (PurgeResult, error) {
 		BatchSize: ob.cfg.PurgeBatchSize,
 		LockKey:   "sqsinbox.purge." + ob.cfg.Schema + ".outbox_messages",
 	})
-	return PurgeResult{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Skipped: r.Locked}, err
 }
 
 // PurgeLoop runs [Outbox.Purge] now and then every Config.PurgeInterval until ctx ends, logging
 // each run. It returns context.Cause(ctx).
 func (ob *Outbox) PurgeLoop(ctx context.Context) error {
-	return pgpurge.Loop(ctx, ob.cfg.PurgeInterval, ob.cfg.Logger, "outbox", ob.cfg.Schema, func(ctx context.Context) (pgpurge.Result, error) {
-		r, err := ob.Purge(ctx)
-		return pgpurge.Result{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Locked: r.Skipped}, err
-	})
+	return pgpurge.Loop(ctx, ob.cfg.PurgeInterval, ob.cfg.Logger, "outbox", ob.cfg.Schema, ob.Purge)
 }

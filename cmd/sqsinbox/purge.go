@@ -167,7 +167,7 @@ func purgeOutbox(ctx context.Context, e env, pool *pgxpool.Pool, schema string, 
 		}
 		return notMigrated(err, schema, "outbox_messages", ", or pass --skip-outbox")
 	}
-	summary(e.stdout, "outbox", "row", "sent before", inbox.PurgeResult(r), time.Since(start))
+	summary(e.stdout, "outbox", "row", "sent before", r, time.Since(start))
 	return nil
 }
 

@@ -48,16 +48,12 @@ func PurgeExpired(ctx context.Context, pool *pgxpool.Pool, schema string, minAge
 	if minAge != 0 {
 		target.Floor = &pgpurge.Floor{Column: "created_at", Age: minAge}
 	}
-	r, err := pgpurge.Run(ctx, pool, target)
-	return inbox.PurgeResult{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Skipped: r.Locked}, err
+	return pgpurge.Run(ctx, pool, target)
 }
 
 // PurgeLoop runs [Middleware.Purge] now and then every Config.PurgeInterval until ctx ends,
 // logging each run. Errors are logged and retried at the next interval. It returns
 // context.Cause(ctx).
 func (m *Middleware) PurgeLoop(ctx context.Context) error {
-	return pgpurge.Loop(ctx, m.cfg.PurgeInterval, m.cfg.Logger, "idempotency", m.cfg.Schema, func(ctx context.Context) (pgpurge.Result, error) {
-		r, err := m.Purge(ctx)
-		return pgpurge.Result{Deleted: r.Deleted, Batches: r.Batches, Horizon: r.Horizon, Locked: r.Skipped}, err
-	})
+	return pgpurge.Loop(ctx, m.cfg.PurgeInterval, m.cfg.Logger, "idempotency", m.cfg.Schema, m.Purge)
 }

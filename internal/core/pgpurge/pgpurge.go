@@ -43,21 +43,22 @@ type Floor struct {
 	Age    time.Duration
 }
 
-// Result reports one purge run.
+// Result reports one purge run. The public packages' PurgeResult is this type.
 type Result struct {
 	// Deleted is the number of rows deleted.
 	Deleted int64
 	// Batches is the number of DELETE statements run.
 	Batches int
-	// Horizon is the database time before which rows (their Column) were deleted.
+	// Horizon is the database time before which rows were deleted: now() - retention, read from
+	// the server's clock.
 	Horizon time.Time
-	// Locked is true when another purger held the lock and nothing was done.
-	Locked bool
+	// Skipped is true when another process held the purge lock, so this run did nothing.
+	Skipped bool
 }
 
 // Run deletes the target's rows older than its retention, one batch per statement (each its own
 // transaction), until a batch deletes fewer rows than BatchSize or ctx ends. It returns at once,
-// with Locked set, if another session holds the target's advisory lock.
+// with Skipped set, if another session holds the target's advisory lock.
 func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 	var res Result
 	ids := []string{t.Schema, t.Table, t.Column}
@@ -90,7 +91,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 		return res, fmt.Errorf("purge: lock: %w", err)
 	}
 	if !got {
-		res.Locked = true
+		res.Skipped = true
 		return res, nil
 	}
 	defer func() {
@@ -156,7 +157,7 @@ func Loop(ctx context.Context, interval time.Duration, log *slog.Logger, prefix,
 			return context.Cause(ctx)
 		case err != nil:
 			log.ErrorContext(ctx, prefix+": purge failed", "schema", schema, "error", err)
-		case r.Locked:
+		case r.Skipped:
 			log.DebugContext(ctx, prefix+": purge skipped, another process holds the lock", "schema", schema)
 		default:
 			log.InfoContext(ctx, prefix+": purged", "schema", schema, "deleted", r.Deleted,
