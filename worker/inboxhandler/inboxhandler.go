@@ -98,19 +98,35 @@ func (h *Handler) result(ctx context.Context, out inbox.Outcome, err error) erro
 // b orders the batch (it is the inbox's Order): a message without a key, or whose work fails,
 // halts the rest of its group ([worker.ErrNotRun]).
 func (h *Handler) HandleBatch(ctx context.Context, b *worker.Batch) []error {
+	return handleBatch(ctx, h.ib, b, func(*worker.Message) (*Handler, error) { return h, nil })
+}
+
+// handleBatch runs b in one transaction of ib, each message with the Handler pick chooses for it
+// (an error is the message's result): so one batch may serve several handlers, each with its own
+// name (its inbox scope), key and function, and a FIFO group keeps its order across them. The
+// handlers must share ib.
+func handleBatch(ctx context.Context, ib *inbox.Inbox, b *worker.Batch, pick func(*worker.Message) (*Handler, error)) []error {
 	res := make([]error, b.Len())
 	items := make([]inbox.Item, 0, b.Len())
 	idx := make([]int, 0, b.Len())
+	hs := make([]*Handler, b.Len())
 	for i := range b.Len() {
 		m := b.Message(i)
-		key, err := h.key(m)
+		h, err := pick(m)
+		key := ""
+		if err == nil {
+			if key, err = h.key(m); err != nil {
+				err = fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
+			}
+		}
 		if err != nil {
 			if res[i] = b.Runnable(i); res[i] == nil {
-				res[i] = fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
+				res[i] = err
 				b.Halt(i)
 			}
 			continue
 		}
+		hs[i] = h
 		items = append(items, inbox.Item{Handler: h.name, Key: key, Ctx: b.Context(i), Timeout: b.Timeout(),
 			Fn: func(ctx context.Context, tx pgx.Tx) error {
 				return b.Run(ctx, i, func(ctx context.Context) error { return h.fn(ctx, tx, m) })
@@ -120,10 +136,10 @@ func (h *Handler) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 	if len(items) == 0 {
 		return res
 	}
-	results, st := h.ib.RunBatch(ctx, items, itemOrder{b, idx})
+	results, st := ib.RunBatch(ctx, items, itemOrder{b, idx})
 	for j, r := range results {
 		i := idx[j]
-		res[i] = h.result(b.Context(i), r.Outcome, r.Err)
+		res[i] = hs[i].result(b.Context(i), r.Outcome, r.Err)
 	}
 	b.Count(worker.RolledBack, st.RolledBack)
 	b.Count(worker.BatchRetries, st.Retries)
