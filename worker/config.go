@@ -19,8 +19,9 @@ const (
 	// DefaultHandlerTimeout is how long a handler may run.
 	DefaultHandlerTimeout = 5 * time.Minute
 	// DefaultShutdownTimeout is how long Stop lets in-flight handlers finish before it cancels
-	// them. It fits in ECS's default stop timeout of 30 s between SIGTERM and SIGKILL.
-	DefaultShutdownTimeout = 25 * time.Second
+	// them. With 5 s more for the hard stop (cancelled handlers roll back, held messages are
+	// released), it fits in ECS's default stop timeout of 30 s between SIGTERM and SIGKILL.
+	DefaultShutdownTimeout = 20 * time.Second
 	// DefaultBackoffMin is the redelivery delay after the first failed receive.
 	DefaultBackoffMin = time.Second
 	// DefaultBackoffMax caps the redelivery delay.
@@ -153,7 +154,7 @@ type Config struct {
 	HandlerTimeout time.Duration
 
 	// ShutdownTimeout is how long [Worker.Stop] lets in-flight handlers finish before it cancels
-	// them with [ErrStopping]. 0 means DefaultShutdownTimeout (25 s); negative is an error.
+	// them with [ErrStopping]. 0 means DefaultShutdownTimeout (20 s); negative is an error.
 	ShutdownTimeout time.Duration
 
 	// Backoff gives the redelivery delay of a failed message from its receive count (1 on the

@@ -1,11 +1,26 @@
-// Package workerapp is the process plumbing of an inbox worker on ECS or EC2: configuration from
-// the environment (DATABASE_URL or the libpq PG* variables, QUEUE_URL, the standard AWS
-// variables), JSON logs, a Prometheus metrics endpoint, the `migrate` subcommand, and a worker
-// that runs until SIGTERM or SIGINT and then stops within ECS's stop timeout. A program's main is
-// one call to [Main] with a [Spec]; the examples (examples/warehouse, loyalty, payments) are
-// built this way, so an example folder copied out of the repository builds with public packages
-// only. Programs that want their own plumbing use worker, inbox and inboxhandler directly, as
-// examples/firstworker does.
+// Package workerapp is the process plumbing of an inbox worker program on ECS or EC2, for your
+// main: configuration from the environment, JSON logs, Prometheus metrics and health endpoints,
+// the `migrate` and `healthcheck` subcommands, and a worker that runs until SIGTERM or SIGINT and
+// then stops within ECS's stop timeout. Your main is one call to [Main] with a [Spec] (your
+// handler's name, your migrations, your handler); the examples (examples/warehouse, loyalty,
+// payments) are built this way. Programs that want their own plumbing use worker, inbox and
+// inboxhandler directly, as examples/firstworker does.
+//
+// # The environment (the contract of a program built with Main)
+//
+//	DATABASE_URL    PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
+//	                or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is.
+//	                pool_max_conns in it sets the pool's size (default: Concurrency + 2)
+//	QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named as the Spec
+//	QUEUE_NAME      the queue's name, looked up at start
+//	LOG_LEVEL       debug, info (default), warn or error
+//	METRICS_ADDR    serve Prometheus metrics at http://METRICS_ADDR/metrics, with /livez and
+//	                /readyz beside them (default: none)
+//	HEALTH_ADDR     serve /livez and /readyz at HEALTH_ADDR (default: none)
+//	AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_PROFILE, ...: the standard AWS configuration
+//
+// `PROGRAM -h` prints the same. The worker's settings are the worker package's defaults (see
+// [Options].Worker to change them); the shutdown budget is [StopTimeout] then [HardStopTimeout].
 package workerapp
 
 import (
@@ -30,18 +45,17 @@ import (
 )
 
 // Shutdown budget. ECS sends SIGTERM and, 30 s later (its default stopTimeout), SIGKILL. The
-// worker lets in-flight handlers finish for StopTimeout, then cancels them; HardStopTimeout
-// bounds what is left (rolling back, releasing messages).
+// worker lets in-flight handlers finish for StopTimeout (the worker's own default), then cancels
+// them; HardStopTimeout bounds what is left (rolling back, releasing messages).
 const (
-	StopTimeout     = 20 * time.Second
+	StopTimeout     = worker.DefaultShutdownTimeout
 	HardStopTimeout = 5 * time.Second
 )
 
-// DefaultConcurrency is the number of handler calls an example runs at once: for the inbox
-// handler, batches of up to worker.DefaultHandlerBatch messages, each a transaction on a
-// connection of its own. Four batches of ten is the setting the README recommends for throughput
-// on a small instance (measured on 2 cores: BENCHMARKS.md, "Batched inbox commits").
-const DefaultConcurrency = 4
+// DefaultConcurrency is the number of handler calls a program runs at once unless
+// Options.Worker says otherwise: the worker's own default. For the inbox handler each call is a
+// batch of up to worker.DefaultHandlerBatch messages, a transaction on a connection of its own.
+const DefaultConcurrency = worker.DefaultConcurrency
 
 // Spec describes one worker program.
 type Spec struct {
