@@ -28,18 +28,20 @@ for c in old new; do
 	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./internal/cmd/workerbench)
 	echo "bench-ab: $c = $(git -C "$repo" rev-parse --short "$rev")"
 done
-# measure runs one measurement and prints the worker's msgs/s, its CPU per message (µs) and its
-# allocations per message (the "worker+SERVER batched", "CPU/msg worker" and "allocs/msg" columns).
+# measure runs one measurement and prints the worker's msgs/s, its CPU per message (µs), its
+# allocations per message, and the inbox's batched rate alone, without SQS (the "worker+SERVER
+# batched", "CPU/msg worker", "allocs/msg" and "inbox-only batched" columns).
 measure() {
 	local c=$1 server=$2
-	(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -only goaws -n "$msgs" -c 8 -inflight 0 \
+	(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -only goaws,inbox -n "$msgs" -c 8 -inflight 0 \
 		-batch 10 -bc 10 -n1c 0 -rawpollers 1) |
 		awk -F'|' '/^\| c=10 N=10 /{
 			r = $5; gsub(/[ \/s]/, "", r)
 			c = $11; gsub(/ /, "", c)
 			if (c ~ /ms$/) { sub(/ms$/, "", c); c *= 1000 } else { sub(/µs$/, "", c) }
 			a = $15; gsub(/ /, "", a)
-			print r, c, a }'
+			i = $4; gsub(/[ \/s]/, "", i)
+			print r, c, a, i }'
 }
 IFS=, read -ra list <<<"$servers"
 for server in "${list[@]}"; do
@@ -49,8 +51,8 @@ for server in "${list[@]}"; do
 		for c in old new; do
 			v=$(measure "$c" "$server")
 			echo "$v" >>"$tmp/$server.$c"
-			read -r rate cpu allocs <<<"$v"
-			echo "round $r $server $c: $rate msgs/s, worker CPU ${cpu}µs/msg, $allocs allocs/msg"
+			read -r rate cpu allocs inb <<<"$v"
+			echo "round $r $server $c: $rate msgs/s, worker CPU ${cpu}µs/msg, $allocs allocs/msg; inbox alone $inb msgs/s"
 		done
 	done
 done
@@ -60,8 +62,8 @@ echo
 echo "| server | measure | old median | old spread | new median | new spread | new / old |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 for server in "${list[@]}"; do
-	for k in 1 2 3; do
-		name=$(echo "msgs/s worker-CPU-µs/msg allocs/msg" | cut -d' ' -f"$k")
+	for k in 1 2 3 4; do
+		name=$(echo "msgs/s worker-CPU-µs/msg allocs/msg inbox-alone-msgs/s" | cut -d' ' -f"$k")
 		read -r om os <<<"$(stats "$tmp/$server.old" "$k")"
 		read -r nm ns <<<"$(stats "$tmp/$server.new" "$k")"
 		awk -v s="$server" -v n="$name" -v om="$om" -v os="$os" -v nm="$nm" -v ns="$ns" \
