@@ -112,8 +112,10 @@ type Config struct {
 	// are running, so that a handler that frees up finds its next messages received already
 	// instead of waiting for a ReceiveMessage round trip. A held message is covered as a running
 	// one is: its lease (visibility) is extended from its receive, it is released (visibility 0)
-	// at stop, and it never waits longer than MaxHold. 0 means Concurrency × HandlerBatch;
-	// negative means none (the worker then receives only for free handlers).
+	// at stop, and it never waits longer than MaxHold. 0 means Concurrency × HandlerBatch, grown
+	// with the pollers when they are sized too (Pollers 0): enough for the messages on their way
+	// from a distant SQS (see Pollers); negative means none (the worker then receives only for
+	// free handlers).
 	Prefetch int
 
 	// MaxHold is the longest a received message waits for a handler. A held message that has
@@ -122,10 +124,12 @@ type Config struct {
 	// timeout. 0 means DefaultMaxHold (30 s); negative is an error.
 	MaxHold time.Duration
 
-	// Pollers is the number of goroutines that call ReceiveMessage. 0 means
-	// Concurrency × HandlerBatch / (4 × BatchSize) rounded up, plus one, at most
-	// DefaultMaxPollers: each poller keeps about four full receives' worth of running messages
-	// topped up (the prefetch covers a receive's round trip). Negative is an error.
+	// Pollers is the number of goroutines that call ReceiveMessage. 0 means sized by the worker:
+	// by Little's law, R messages a second through a receive that takes L seconds need about
+	// R × L messages on their way, so the worker measures both and runs
+	// ceil(1.3 × R × L / BatchSize) + 1 pollers, at least DefaultPollers (what the loopback needs)
+	// and at most MaxPollers (64); with SQS 20 ms away that is several times the loopback's.
+	// Negative is an error.
 	Pollers int
 
 	// BatchSize is the most messages one ReceiveMessage asks for, 1 to 10. 0 means

@@ -49,6 +49,7 @@ type engine struct {
 	now       func() time.Time // the clock of the 12-hour cap; tests move it
 	leaseLost episodeLog       // lease-lost lines: one warning per episode
 
+	settled    atomic.Int64 // deliveries settled (the sizer's rate)
 	lastCommit atomic.Int64 // unix nanoseconds of the last message processed or found a duplicate
 	progress   atomic.Int64 // of the last sign of life: a poll loop, a heartbeat, a settled message
 }
@@ -300,6 +301,7 @@ func (d *delivery) settle(err, cause error) {
 		return
 	}
 	e.progress.Store(time.Now().UnixNano())
+	e.settled.Add(1)
 	t := e.dispose(d.m, err, cause)
 	switch t.pause {
 	case pauseEnd:

@@ -37,6 +37,11 @@ type State struct {
 	// Held is the number of received messages waiting for their turn: prefetched for a free
 	// handler, or behind their FIFO group's running message.
 	Held int `json:"held"`
+	// Pollers is the number of pollers receiving now (sized to the receive's latency unless
+	// Config.Pollers fixes it), and Capacity the most messages the worker holds now (running,
+	// held and on their way).
+	Pollers  int `json:"pollers"`
+	Capacity int `json:"capacity"`
 }
 
 // State returns the worker's state now.
@@ -55,6 +60,7 @@ func (w *Worker) State() State {
 	st.LastCommit = unixTime(w.e.lastCommit.Load())
 	st.LastProgress = unixTime(max(w.e.progress.Load(), w.e.sw.extended.Load(), w.startedAt.UnixNano()))
 	st.Held = int(max(w.e.held.Load(), 0))
+	st.Pollers, st.Capacity = int(w.size.pollers.Load()), int(w.size.capacity.Load())
 	return st
 }
 

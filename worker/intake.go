@@ -17,11 +17,20 @@ var allMessageAttributes = []string{"All"}
 // queue them; Concurrency runners take them from the queue, up to HandlerBatch at a time, and run
 // them. The messages of one FIFO group from one receive stay with one runner, in order.
 
-func (w *Worker) poll() {
+func (w *Worker) poll(id int) {
 	defer w.pollers.Done()
 	ctx := w.life.StopContext()
 	fails := 0
 	for {
+		if ok, wake := w.size.active(id); !ok {
+			// Not needed at this receive latency: wait until the sizer wants more pollers.
+			select {
+			case <-wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
 		w.e.progress.Store(time.Now().UnixNano())
 		if err := w.e.pause.wait(ctx); err != nil {
 			return
@@ -32,7 +41,7 @@ func (w *Worker) poll() {
 			// few receive counts.
 			// The wait for the others is bounded, so that a handler stuck past it (or a slot
 			// held by a message that never settles) cannot stop the probes.
-			all := int64(w.cfg.capacity())
+			all := w.size.capacity.Load()
 			actx, cancel := context.WithTimeout(ctx, probeQuiet)
 			err := w.e.slots.Acquire(actx, all)
 			cancel()
@@ -58,7 +67,7 @@ func (w *Worker) poll() {
 		}
 		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
 		// is after this moment.
-		requested := w.e.now()
+		requested, sent := w.e.now(), time.Now()
 		out, err := w.client.ReceiveMessage(w.recvCtx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    &w.queue.URL,
 			MaxNumberOfMessages:         int32(n),
@@ -85,6 +94,9 @@ func (w *Worker) poll() {
 		fails = 0
 		w.lastReceive.Store(time.Now().UnixNano())
 		msgs := out.Messages
+		if len(msgs) > 0 {
+			w.size.receiveTook(time.Since(sent))
+		}
 		if len(msgs) < n {
 			w.e.slots.Release(int64(n - len(msgs)))
 		}
@@ -102,7 +114,7 @@ func (w *Worker) poll() {
 // receives: its share of the slots, up to BatchSize. Receiving for one slot at a time under load
 // would multiply the ReceiveMessage calls per message; waiting long would leave slots idle.
 func (w *Worker) minBatch() int {
-	return max(1, min(w.cfg.BatchSize, w.cfg.capacity()/w.cfg.Pollers))
+	return max(1, min(w.cfg.BatchSize, int(w.size.capacity.Load()/max(w.size.pollers.Load(), 1))))
 }
 
 // acquire takes one slot, waiting for it, then waits up to gatherWait for more until it holds

@@ -61,6 +61,7 @@ type Worker struct {
 	recvCtx    context.Context // ends at a hard stop, or a grace after the stop: receives in flight are abandoned
 	recvCancel context.CancelCauseFunc
 
+	size  *sizer    // the pollers and the capacity, sized to the receive's latency
 	ready chan item // received deliveries for the runners; closed once the pollers have stopped
 
 	pendingMu sync.Mutex
@@ -81,6 +82,7 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		return nil, errors.New("worker: Config is nil (Config.Handler and the queue are required)")
 	}
 	c := *cfg
+	autoPollers, autoPrefetch := c.Pollers == 0, c.Prefetch == 0
 	c.setDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -95,10 +97,12 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		log:           c.Logger,
 		life:          startstop.Base{Cause: ErrStopping, Name: "worker"},
 		receiveFailed: episodeLog{quiet: time.Minute},
-		ready:         make(chan item, c.capacity()),
 	}
+	w.size = newSizer(w, autoPollers, autoPrefetch)
+	w.ready = make(chan item, w.size.maxCap)
 	w.e = &engine{cfg: &w.cfg, metrics: c.Metrics, log: c.Logger, now: time.Now,
-		leaseLost: episodeLog{quiet: time.Minute}, slots: semaphore.NewWeighted(int64(c.capacity()))}
+		leaseLost: episodeLog{quiet: time.Minute}, slots: semaphore.NewWeighted(int64(w.size.maxCap))}
+	w.size.holdReserve(w.e)
 	return w, nil
 }
 
@@ -153,7 +157,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.recvCtx, w.recvCancel = context.WithCancelCause(base)
 	w.e.work = w.life.WorkContext()
 	w.e.sw = &sqsWriter{client: w.client, url: q.URL, fifo: q.FIFO, metrics: w.e.metrics, log: log, base: base}
-	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.cfg.Concurrency+MaxBatchSize)
+	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.size.maxCap)
 	w.mu.Lock()
 	w.queue = q
 	w.mu.Unlock()
@@ -161,12 +165,14 @@ func (w *Worker) start(ctx context.Context) error {
 		w.runners.Add(1)
 		go w.runner()
 	}
-	for range w.cfg.Pollers {
-		w.pollers.Add(1)
-		go w.poll()
-	}
+	w.size.start(w.cfg.Pollers)
+	w.pollers.Add(1)
+	go func() {
+		defer w.pollers.Done()
+		w.size.run(w.life.StopContext(), w.e)
+	}()
 	attrs := []any{"concurrency", w.cfg.Concurrency, "handler_batch", w.cfg.HandlerBatch, "prefetch", max(w.cfg.Prefetch, 0),
-		"pollers", w.cfg.Pollers, "fifo", q.FIFO,
+		"pollers", w.cfg.Pollers, "max_pollers", w.size.maxP, "fifo", q.FIFO,
 		"visibility_timeout", vis, "redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
 	if lv, ok := w.cfg.Handler.(slog.LogValuer); ok {
 		attrs = append(attrs, "handler", lv)

@@ -62,6 +62,7 @@ func main() {
 	flag.StringVar(&memprofile, "memprofile", "", "write a heap profile (every allocation sampled) of the memory measurement, taken with the messages in flight, to this file")
 	flag.DurationVar(&runTimeout, "timeout", 5*time.Minute, "the longest one worker run may take to drain its messages")
 	bf.register()
+	lf.register()
 	flag.BoolVar(&traced, "otel", false, "trace the worker runs (goaws, fake): workerotel.Middleware and InboxHooks on an SDK tracer provider that samples every message and drops the spans in its exporter")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -169,7 +170,17 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 				}
 			}
 			if bf.enabled() {
-				return b.batched(ctx, n, repeat, want)
+				if err := b.batched(ctx, n, repeat, want); err != nil {
+					return err
+				}
+			}
+			if strings.TrimSpace(lf.sqs) != "" {
+				if err := b.latencyTable(ctx, n); err != nil {
+					return err
+				}
+			}
+			if lf.share > 0 {
+				return b.share(ctx, n, lf.share)
 			}
 			return nil
 		}); err != nil {
@@ -426,6 +437,7 @@ type workerRun struct {
 	perRecv float64       // messages per ReceiveMessage call (empty ones included)
 	held    time.Duration // mean wait of a received message for a handler (Config.Prefetch)
 	prog    progress
+	end     worker.State // the worker's state at the end of the run (its pollers and capacity)
 }
 
 type counts struct {
@@ -482,6 +494,7 @@ func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 type workerOpts struct {
 	c, batch, prefetch, pollers int
 	linger                      time.Duration
+	ib                          *inbox.Inbox // nil: the bench's (its pool goes to PostgreSQL directly)
 }
 
 // runWorker drains n messages from url with a worker at concurrency c and the -pollers flag's
@@ -500,6 +513,9 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	var res workerRun
 	client := &timedClient{SQSClient: sqsClient}
 	ib := b.ib
+	if o.ib != nil {
+		ib = o.ib
+	}
 	if b.otel != nil {
 		ib = b.otel.ib
 	}
@@ -540,6 +556,7 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	res.prog = prog.end(deleted, n)
 	used := b.cpu.read().sub(cpu0)
 	runtime.ReadMemStats(&m1)
+	res.end = w.State()
 	if err := w.Stop(ctx); err != nil {
 		return res, err
 	}
