@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ const SubtransactionBudget = 48
 // maxBatchAttempts is how many times RunBatch runs a batch in one transaction before it falls back
 // to one transaction per item.
 const maxBatchAttempts = 3
+
+// retryJitter bounds the random wait before a batch runs again (times the attempt number).
+const retryJitter = 10 * time.Millisecond
 
 // itemSavepoint is the savepoint each item's function runs in.
 const itemSavepoint = "sqsinbox_item"
@@ -160,6 +164,14 @@ func (ib *Inbox) RunBatch(ctx context.Context, items []Item, order Order) ([]Res
 			continue // committed early: not a retry
 		case attemptRetry:
 			if attempt < maxBatchAttempts {
+				// A moment's jitter first: a deadlock victim that runs again at once can take the
+				// row its survivor was about to lock, and deadlock with it again.
+				t := time.NewTimer(time.Duration(rand.Int64N(int64(retryJitter) * int64(attempt))))
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
 				attempt++
 				st.Retries++
 				continue

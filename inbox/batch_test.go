@@ -316,8 +316,10 @@ func TestRunBatchDeadlockRetried(t *testing.T) {
 			t.Fatalf("batch %d: %s: %v", i, got, results[i])
 		}
 	}
-	if r := stats[0].Retries + stats[1].Retries; r != 1 {
-		t.Errorf("%d retries (%+v, %+v), want 1: one deadlock victim", r, stats[0], stats[1])
+	// One deadlock victim, retried; its retry can still meet the survivor once more (it need not
+	// find the survivor committed), but never past the attempts.
+	if r := stats[0].Retries + stats[1].Retries; r < 1 || r > 2 {
+		t.Errorf("%d retries (%+v, %+v), want 1 or 2: a deadlock victim, retried", r, stats[0], stats[1])
 	}
 	if got := b.count(t, `SELECT sum(n)::int FROM `+b.schema+`.hot`); got != 4 {
 		t.Errorf("hot rows bumped %d times, want 4 (each event once)", got)
