@@ -123,10 +123,16 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 			return
 		case now := <-t.C:
 			settled, nanos, calls := e.settled.Load(), s.recvNanos.Load(), s.recvCalls.Load()
-			if calls > lastCalls && !e.pause.active() {
+			if e.pause.active() {
+				// A dependency is down: back to the loopback's pollers and capacity, so that
+				// when a probe ends the pause, the worker does not receive its whole grown
+				// capacity into an outage that may not be over (each such message spends a
+				// receive), and grows again from what it then measures.
+				s.resize(e, s.minP, true)
+			} else if calls > lastCalls {
 				rate := float64(settled-lastSettled) / now.Sub(last).Seconds()
 				l := time.Duration((nanos - lastNanos) / (calls - lastCalls)).Seconds()
-				s.resize(e, s.want(rate, l))
+				s.resize(e, s.want(rate, l), false)
 			}
 			last, lastSettled, lastNanos, lastCalls = now, settled, nanos, calls
 		}
@@ -140,20 +146,22 @@ func (s *sizer) want(rate, latency float64) int {
 }
 
 // resize moves the poller count towards want: up at once, at least doubling (while the receives
-// limit the rate, the rate measured understates what the runners can take), down by one a look,
-// so that a lull does not undo what a backlog needs. The capacity follows when the prefetch is
-// sized too.
-func (s *sizer) resize(e *engine, want int) {
+// limit the rate, the rate measured understates what the runners can take), down by one a look
+// (or at once, with now), so that a lull does not undo what a backlog needs. The capacity follows
+// when the prefetch is sized too.
+func (s *sizer) resize(e *engine, want int, now bool) {
 	cur := int(s.pollers.Load())
 	switch {
 	case want > cur:
 		cur = min(max(want, 2*cur), s.maxP)
+	case want < cur && now:
+		cur = want
 	case want < cur:
 		cur--
-	default:
-		return
 	}
 	if s.autoCap {
+		// The capacity follows the pollers; what cannot be taken back now (held by messages)
+		// is taken at later looks.
 		c := &s.w.cfg
 		target := int64(c.Concurrency*c.HandlerBatch + max(c.Prefetch, cur*c.BatchSize))
 		have := s.capacity.Load()
@@ -163,7 +171,6 @@ func (s *sizer) resize(e *engine, want int) {
 			s.reserve -= target - have
 			have = target
 		case target < have:
-			// Take back only what is free now; the rest at later looks.
 			for have > target && e.slots.TryAcquire(1) {
 				s.reserve++
 				have--
@@ -172,12 +179,13 @@ func (s *sizer) resize(e *engine, want int) {
 		s.capacity.Store(have)
 	}
 	s.wakeMu.Lock()
-	grew := int64(cur) > s.pollers.Load()
-	s.pollers.Store(int64(cur))
-	if grew {
+	defer s.wakeMu.Unlock()
+	if int64(cur) > s.pollers.Load() {
+		s.pollers.Store(int64(cur))
 		s.startLocked(cur)
 		close(s.wake)
 		s.wake = make(chan struct{})
+		return
 	}
-	s.wakeMu.Unlock()
+	s.pollers.Store(int64(cur))
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -265,10 +266,13 @@ func (r *Run) WaitEffects(ctx context.Context, n int, timeout time.Duration) err
 			return nil
 		}
 		if time.Now().After(deadline) {
+			r.dumpGoroutines()
 			if err != nil {
 				return fmt.Errorf("reliability: %d effects after %v, waited for %d: %w", got, timeout, n, err)
 			}
-			return fmt.Errorf("reliability: %d effects after %v, waited for %d", got, timeout, n)
+			dlq, _ := sqstest.Count(ctx, r.Client, r.Queue.DLQURL)
+			left, _ := sqstest.Count(ctx, r.Client, r.Queue.URL)
+			return fmt.Errorf("reliability: %d effects after %v, waited for %d (%d messages in the DLQ, %d in the queue; goroutines.txt in the audit directory)", got, timeout, n, dlq, left)
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
@@ -335,4 +339,15 @@ func (p plainClient) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, 
 
 func (p plainClient) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
 	return p.c.SendMessageBatch(ctx, in, plain(optFns)...)
+}
+
+// dumpGoroutines writes every goroutine's stack to goroutines.txt in the audit directory: when a
+// scenario stalls, what its in-process workers were waiting on.
+func (r *Run) dumpGoroutines() {
+	f, err := os.Create(filepath.Join(r.AuditDir, "goroutines.txt"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = pprof.Lookup("goroutine").WriteTo(f, 2)
 }
