@@ -157,7 +157,11 @@ func (d *delivery) notStarted() {
 func (d *delivery) release() { releaseAll([]*delivery{d}) }
 
 // releaseAll releases deliveries with as few SQS calls as their number allows.
-func releaseAll(ds []*delivery) {
+func releaseAll(ds []*delivery) { releaseAllAfter(ds, 0) }
+
+// releaseAllAfter releases deliveries to come back after delay, with as few SQS calls as their
+// number allows.
+func releaseAllAfter(ds []*delivery, delay time.Duration) {
 	if len(ds) == 0 {
 		return
 	}
@@ -166,7 +170,8 @@ func releaseAll(ds []*delivery) {
 		d.lease.stop() // no extension may land after the release
 		msgs[i] = d.m
 	}
-	ds[0].e.sw.release(msgs)
+	e := ds[0].e
+	e.sw.releaseAfter(msgs, delay, e.now())
 	for _, d := range ds {
 		d.end(false)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -251,4 +252,55 @@ func TestStartStopStressGoAws(t *testing.T) {
 	if d := rec.dupes(); d != 0 {
 		t.Errorf("%d messages handled twice", d)
 	}
+}
+
+// TestProbesFollowThePausePaceGoAws (GoAws): during an outage, the pollers probe one message at a
+// time at the pause's pace (pauses of 0.25-0.5 s, doubling), never back to back. With eight
+// pollers each waiting to probe, a failed probe once let the next poller probe at once, so an
+// outage spent a receive per poller per pause, and a few messages ran up maxReceiveCount.
+func TestProbesFollowThePausePaceGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "probes", VisibilityTimeout: 30 * time.Second})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(200, "p")); err != nil {
+		t.Fatal(err)
+	}
+	var down atomic.Bool
+	down.Store(true)
+	var mu sync.Mutex
+	var fails []time.Time
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 8, HandlerBatch: 1, Pollers: 8,
+		WaitTime: time.Second,
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if down.Load() {
+				mu.Lock()
+				fails = append(fails, time.Now())
+				mu.Unlock()
+				return worker.Unavailable(errors.New("connection refused"))
+			}
+			return nil
+		})})
+	sqstest.WaitFor(t, 10*time.Second, "the outage to begin", func() (bool, string) {
+		return w.State().Paused, ""
+	})
+	begun := time.Now()
+	sqstest.WaitFor(t, 20*time.Second, "4 s of outage", func() (bool, string) { return time.Since(begun) > 4*time.Second, "" })
+	down.Store(false)
+	mu.Lock()
+	probes := 0
+	for _, at := range fails {
+		// Handlers that began before the pause may still fail just after it began.
+		if at.After(begun.Add(100 * time.Millisecond)) {
+			probes++
+		}
+	}
+	mu.Unlock()
+	// Pauses of at least 0.25, 0.5, 1 and 2 s fit about 5 probes into 4 s; back to back, eight
+	// pollers made 8 per pause.
+	t.Logf("%d probes in 4 s of outage", probes)
+	if probes > 7 {
+		t.Errorf("%d probes in 4 s of outage; want at most 7 (one per pause)", probes)
+	}
+	sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
+	workertest.Stop(t, w)
 }

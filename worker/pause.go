@@ -67,6 +67,28 @@ func (p *pauser) fail(log *slog.Logger, err error, broken bool) time.Duration {
 // active reports whether the last results said the dependency is unavailable.
 func (p *pauser) active() bool { return p.fails.Load() > 0 }
 
+// left is how long the current pause lasts from now (0 when none is on).
+func (p *pauser) left() time.Duration {
+	if p.fails.Load() == 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(time.Until(p.until), 0)
+}
+
+// due reports whether a pause is on and its time is up: a probe may be made now. A probe that
+// failed while another poller waited to probe has started a new pause, which that poller must
+// wait out: probes follow one another at the pause's pace, never back to back.
+func (p *pauser) due() bool {
+	if p.fails.Load() == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !time.Now().Before(p.until)
+}
+
 func (p *pauser) ok(log *slog.Logger) {
 	if p.fails.Load() == 0 {
 		return

@@ -64,12 +64,22 @@ func (s *sqsWriter) changeVisibility(m *Message, secs int32) {
 
 // release makes msgs visible again at once, without running them. Their leases must have ended
 // (delivery.release stops them), so that no extension lands after the release.
-func (s *sqsWriter) release(msgs []*Message) {
+func (s *sqsWriter) release(msgs []*Message) { s.releaseAfter(msgs, 0, time.Time{}) }
+
+// releaseAfter makes msgs visible again after delay (now: the clock of the 12-hour cap), without
+// running them; release, with a delay. Their leases must have ended.
+func (s *sqsWriter) releaseAfter(msgs []*Message, delay time.Duration, now time.Time) {
 	if len(msgs) == 0 {
 		return
 	}
 	s.released.Add(int64(len(msgs)))
 	s.metrics.Add(Released, len(msgs))
+	secs := func(m *Message) int32 {
+		if delay <= 0 {
+			return 0
+		}
+		return visibilitySeconds(m, delay, now)
+	}
 	ctx, cancel := s.callContext()
 	defer cancel()
 	for len(msgs) > 0 {
@@ -77,23 +87,23 @@ func (s *sqsWriter) release(msgs []*Message) {
 		batch := msgs[:n]
 		msgs = msgs[n:]
 		if !s.noBatchVisibility.Load() && len(batch) > 1 {
-			batch = s.releaseBatch(ctx, batch)
+			batch = s.releaseBatch(ctx, batch, secs)
 		}
 		for _, m := range batch {
-			if err := s.extend(ctx, m, 0); err != nil && !s.gone(err) {
+			if err := s.extend(ctx, m, secs(m)); err != nil && !s.gone(err) {
 				s.log.Warn("worker: could not release a message; it returns after the visibility timeout", "message_id", m.ID, "error", err)
 			}
 		}
 	}
 }
 
-// releaseBatch releases batch with one ChangeMessageVisibilityBatch call and returns the messages
+// releaseBatch releases batch (each after secs of it) with one ChangeMessageVisibilityBatch call and returns the messages
 // still to release one by one: the failed entries, or all of them if the server lacks the call.
-func (s *sqsWriter) releaseBatch(ctx context.Context, batch []*Message) []*Message {
+func (s *sqsWriter) releaseBatch(ctx context.Context, batch []*Message, secs func(*Message) int32) []*Message {
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
 	for i, m := range batch {
 		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(m.ReceiptHandle),
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(m.ReceiptHandle), VisibilityTimeout: secs(m),
 		}
 	}
 	out, err := s.client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{

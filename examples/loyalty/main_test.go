@@ -50,8 +50,10 @@ func TestPointsOncePerEvent(t *testing.T) {
 		ids[i] = e.OrderID
 	}
 
-	srv.WaitDrained(t, lq.URL, time.Minute)
-	srv.WaitDrained(t, wq.URL, time.Minute)
+	// Two minutes: a receive whose response is lost on a loaded machine leaves its messages
+	// invisible for the queue's 30 s visibility timeout, and they are handled when they return.
+	srv.WaitDrained(t, lq.URL, 2*time.Minute)
+	srv.WaitDrained(t, wq.URL, 2*time.Minute)
 	sqstest.WaitFor(t, 30*time.Second, "every event handled by both", func() (bool, string) {
 		lp, wp := l.Metrics.Get(worker.Processed), w.Metrics.Get(worker.Processed)
 		return lp >= len(events) && wp >= len(events), fmt.Sprintf("loyalty processed %d, warehouse %d", lp, wp)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -169,6 +170,13 @@ func (s Servers) Start(t testing.TB, spec workerapp.Spec, queueURL string, o wor
 		t.Fatalf("%s did not start within a minute", spec.Name)
 	}
 	t.Cleanup(func() { r.Stop(t) })
+	t.Cleanup(func() {
+		// Runs first: a test that failed while the worker ran says what the worker held then.
+		if t.Failed() && r.cancel != nil {
+			st, _ := json.Marshal(r.Worker.State())
+			t.Logf("%s at the failure: state %s; counters %v", spec.Name, st, r.Metrics.All())
+		}
+	})
 	return r
 }
 
@@ -282,6 +290,13 @@ func (m *Metrics) Observe(worker.Histogram, time.Duration) {}
 
 // SetInFlight implements worker.Metrics.
 func (m *Metrics) SetInFlight(int) {}
+
+// All returns a copy of every counter.
+func (m *Metrics) All() map[worker.Counter]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.c)
+}
 
 // Get returns counter c.
 func (m *Metrics) Get(c worker.Counter) int {
