@@ -304,3 +304,51 @@ func TestProbesFollowThePausePaceGoAws(t *testing.T) {
 	sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
 	workertest.Stop(t, w)
 }
+
+// TestRunGoAws (GoAws): Run returns Start's error when the worker cannot start (a queue that does
+// not exist), and otherwise runs until its context ends and returns nil once stopped.
+func TestRunGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	bad, err := worker.New(c, &worker.Config{QueueURL: srv.Endpoint + "/000000000000/no-such-queue",
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "no-such-queue") {
+		t.Errorf("Run on a missing queue = %v; want Start's error naming it", err)
+	}
+
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "run"})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(20, "r")); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Logger: discardLogger(),
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			rec.add(string(m.Body))
+			return nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	sqstest.WaitFor(t, 30*time.Second, "every message handled", func() (bool, string) {
+		return rec.distinct() == 20, fmt.Sprintf("%d of 20", rec.distinct())
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after its context ended = %v; want nil", err)
+		}
+	case <-time.After(worker.DefaultShutdownTimeout + worker.HardStopTimeout + 5*time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if st := w.State(); st.Phase != "stopped" {
+		t.Errorf("phase after Run = %q; want stopped", st.Phase)
+	}
+	sqstest.WaitCount(t, c, q.URL, 0, 10*time.Second)
+}

@@ -242,6 +242,30 @@ func (w *Worker) endpoint() string {
 	return "(the SDK's default for the region)"
 }
 
+// HardStopTimeout is how long [Worker.Run] waits, after ShutdownTimeout has passed and the
+// running handlers were cancelled, for them to return and for the worker to release and delete
+// what it holds. ShutdownTimeout (20 s by default) plus it fits inside ECS's default stopTimeout
+// of 30 s.
+const HardStopTimeout = 5 * time.Second
+
+// Run starts the worker, runs it until ctx ends, and then stops it as [Worker.Stop] does, within
+// Config.ShutdownTimeout plus [HardStopTimeout]. It returns Start's error if the worker did not
+// start, the error of a stop that did not finish in that budget, or nil. ctx's values reach the
+// handlers; its end is the signal to stop, as with http.Server's Shutdown on SIGTERM:
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+//	defer stop()
+//	err := w.Run(ctx)
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout+HardStopTimeout)
+	defer cancel()
+	return w.Stop(stopCtx)
+}
+
 // Stop stops receiving, releases received messages that have not started (visibility 0: the
 // prefetched ones, and the rest of a FIFO group behind a running message), lets in-flight
 // handlers (and batches) finish, flushes the pending deletes, and returns when nothing of the worker

@@ -34,7 +34,6 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -49,7 +48,7 @@ import (
 // them; HardStopTimeout bounds what is left (rolling back, releasing messages).
 const (
 	StopTimeout     = worker.DefaultShutdownTimeout
-	HardStopTimeout = 5 * time.Second
+	HardStopTimeout = worker.HardStopTimeout
 )
 
 // DefaultConcurrency is the number of handler calls a program runs at once unless

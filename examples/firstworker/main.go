@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log"
 	"os"
 	"os/signal"
@@ -31,21 +32,35 @@ func main() {
 	check(err)
 	ib, err := inbox.New(pool, nil) // rows kept 28 days: longer than any SQS redelivery
 	check(err)
-	pick := func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
-		_, err := tx.Exec(ctx, `INSERT INTO pick_tasks (order_id) VALUES ($1::jsonb->>'order_id')`, string(m.Body))
-		return err // nil: commit, then delete the message; an error: roll back, retry later
-	}
 	// The event key is the event_id attribute, else the body's "id"; the inbox row and the pick
-	// task commit in one transaction.
-	h, err := inboxhandler.New(ib, "warehouse", nil, pick)
+	// task commit in one transaction: nil commits (then the message is deleted), an error rolls
+	// back (retried later, then the DLQ).
+	h, err := inboxhandler.NewJSON(ib, "warehouse", func(ctx context.Context, tx pgx.Tx, m *worker.Message, e OrderPaid) error {
+		_, err := tx.Exec(ctx, `INSERT INTO pick_tasks (order_id) VALUES ($1)`, e.OrderID)
+		return err
+	})
 	check(err)
 	awsCfg, err := config.LoadDefaultConfig(ctx) // AWS_REGION, AWS_ENDPOINT_URL_SQS, roles...
 	check(err)
 	w, err := worker.New(sqs.NewFromConfig(awsCfg), &worker.Config{QueueURL: os.Getenv("QUEUE_URL"), Handler: h})
 	check(err)
-	check(w.Start(ctx))
-	<-ctx.Done()                        // ECS sends SIGTERM, then waits stopTimeout (30 s)
-	check(w.Stop(context.Background())) // finish in-flight work, flush deletes, release the rest
+	// Runs until SIGTERM (ECS) or Ctrl-C; then finishes in-flight work, flushes deletes and
+	// releases the rest, within 20 s + 5 s (inside ECS's default stopTimeout of 30 s).
+	check(w.Run(ctx))
+}
+
+// OrderPaid is the event: {"id": "evt_1", "order_id": "o-1", ...}. A body that does not decode,
+// or fails Validate, goes the retry-then-DLQ way.
+type OrderPaid struct {
+	OrderID string `json:"order_id"`
+}
+
+// Validate refuses an OrderPaid without an order.
+func (e OrderPaid) Validate() error {
+	if e.OrderID == "" {
+		return errors.New("order_id is missing")
+	}
+	return nil
 }
 
 func check(err error) {

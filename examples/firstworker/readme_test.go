@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// TestReadmeShowsThisFile keeps the README's "your first worker" sample and this file, which
+// TestReadmeShowsThisFile keeps the README's "your first worker" sample (main and the event
+// type) and this file, which
 // `go vet ./...` and `go test ./...` compile, the same code. No server is needed.
 func TestReadmeShowsThisFile(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
@@ -24,10 +25,10 @@ func TestReadmeShowsThisFile(t *testing.T) {
 	}
 	block := string(readme[i+len(start):])
 	block = block[:strings.Index(block, "```")]
-	// The README shows the file from `func main` to the end of main.
+	// The README shows the file from `func main` to `func check`: main and the event type.
 	want := string(src)
 	want = want[strings.Index(want, "func main() {"):]
-	want = want[:strings.Index(want, "\n}\n")+3]
+	want = want[:strings.Index(want, "\nfunc check(")]
 	if block != want {
 		t.Fatalf("README.md's first-worker block differs from examples/firstworker/main.go's main.\nREADME:\n%s\nmain.go:\n%s", block, want)
 	}

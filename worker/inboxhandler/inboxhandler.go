@@ -122,7 +122,10 @@ func handleBatch(ctx context.Context, ib *inbox.Inbox, b *worker.Batch, pick fun
 		if err != nil {
 			if res[i] = b.Runnable(i); res[i] == nil {
 				res[i] = err
-				b.Halt(i)
+				var discard *worker.DiscardError
+				if !errors.As(err, &discard) { // a discarded message is done: its group goes on
+					b.Halt(i)
+				}
 			}
 			continue
 		}
