@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/migrate"
 )
@@ -121,7 +122,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, DefaultPurgeInterval)
 	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, DefaultPurgeBatchSize)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Logger = logdur.Logger(cmp.Or(c.Logger, slog.Default()))
 	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
 	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
 	if err := c.validate(); err != nil {

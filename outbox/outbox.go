@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/migrate"
 )
@@ -79,7 +80,7 @@ func (c *Config) fill() error {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, DefaultPurgeInterval)
 	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, DefaultPurgeBatchSize)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Logger = logdur.Logger(cmp.Or(c.Logger, slog.Default()))
 	return c.validate()
 }
 

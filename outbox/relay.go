@@ -15,10 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
-	"github.com/sqsinbox/sqsinbox/migrate"
-
 	"github.com/sqsinbox/sqsinbox/internal/core/startstop"
+
+	"github.com/sqsinbox/sqsinbox/migrate"
 )
 
 // Defaults for RelayConfig.
@@ -166,7 +167,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	c.BackoffMin = cmp.Or(c.BackoffMin, DefaultBackoffMin)
 	c.BackoffMax = cmp.Or(c.BackoffMax, max(DefaultBackoffMax, c.BackoffMin))
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, DefaultMaxBatchBytes)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Logger = logdur.Logger(cmp.Or(c.Logger, slog.Default()))
 	if err := c.validate(); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
 )
 
 // Defaults for Config.
@@ -170,7 +172,8 @@ type Config struct {
 	// in a batch of up to 10. 0 means DefaultDeleteInterval (20 ms); negative is an error.
 	DeleteInterval time.Duration
 
-	// Logger receives the worker's logs. Message bodies are never logged. nil means
+	// Logger receives the worker's logs. Message bodies are never logged; durations are Go
+	// duration strings ("retry_in":"1s"), whatever the handler's format. nil means
 	// slog.Default().
 	Logger *slog.Logger
 
@@ -223,6 +226,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Logger = logdur.Logger(c.Logger) // durations as "1.5s", not nanoseconds
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}

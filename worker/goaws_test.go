@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -351,4 +352,31 @@ func TestRunGoAws(t *testing.T) {
 		t.Errorf("phase after Run = %q; want stopped", st.Phase)
 	}
 	sqstest.WaitCount(t, c, q.URL, 0, 10*time.Second)
+}
+
+// TestJSONLogDurationsGoAws (GoAws): the worker's durations reach a JSON log as Go duration
+// strings ("retry_in":"1s"), not integers of nanoseconds.
+func TestJSONLogDurationsGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "jsonlog", MaxReceiveCount: 5})
+	if err := sqstest.Send(t.Context(), c, q.URL, bodies(1, "j")); err != nil {
+		t.Fatal(err)
+	}
+	var logs sqstest.Buffer
+	var calls atomic.Int32
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second,
+		Logger:  slog.New(slog.NewJSONHandler(&logs, nil)),
+		Backoff: func(int) time.Duration { return time.Second },
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if calls.Add(1) == 1 {
+				return errors.New("first try fails")
+			}
+			return nil
+		})})
+	sqstest.WaitCount(t, c, q.URL, 0, 30*time.Second)
+	workertest.Stop(t, w)
+	if !strings.Contains(logs.String(), `"retry_in":"1s"`) || !strings.Contains(logs.String(), `"took":"`) {
+		t.Errorf("the failure's retry_in, or the stop's took, is not a duration string:\n%s", logs.String())
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
@@ -195,7 +196,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Middleware, error) {
 	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, DefaultMaxResponseBytes)
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, DefaultPurgeInterval)
 	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, DefaultPurgeBatchSize)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Logger = logdur.Logger(cmp.Or(c.Logger, slog.Default()))
 	if err := c.validate(); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@
 // packages (worker, inbox, inbox/idempotency, outbox, migrate) share. Its packages import nothing
 // of the module outside internal/core:
 //
+//   - logdur: durations in logs as Go duration strings ("1.5s"), whatever the log format;
 //   - panics: a recovered panic as an error with its stack (handlers, inbox functions);
 //   - pgpurge: deleting old rows in short batches under an advisory lock (the inbox's purge, the
 //     HTTP keys', the outbox's);
