@@ -115,6 +115,11 @@ func ageUnavailable(err error) string {
 		return "cannot reach CloudWatch: " + nerr.Error()
 	case errors.As(err, &ae) && ae.ErrorCode() != "UnknownError":
 		return "CloudWatch: " + apiError(err)
+	case errors.As(err, &re) && re.HTTPStatusCode()/100 == 2:
+		// The endpoint answered, but not as CloudWatch does: a local SQS server (fauxqs, GoAws)
+		// serves no CloudWatch, and its answer does not decode.
+		return fmt.Sprintf("the CloudWatch endpoint answered HTTP %d with something that is not a CloudWatch answer "+
+			"(a local SQS server without CloudWatch?); --no-age skips the age", re.HTTPStatusCode())
 	case errors.As(err, &re) && re.HTTPStatusCode() != 0:
 		return fmt.Sprintf("CloudWatch answered HTTP %d", re.HTTPStatusCode())
 	case strings.Contains(err.Error(), "credentials"):

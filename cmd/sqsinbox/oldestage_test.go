@@ -39,7 +39,7 @@ type cloudWatch struct {
 type cwAnswer struct {
 	ages   []float64   // seconds, one per timestamp in at
 	at     []time.Time // in any order: stats must pick the newest
-	status int         // when non-zero, fail the whole call with this HTTP status and no body
+	status int         // when non-zero, answer the whole call with this HTTP status and no body (200: a JSON body)
 	hang   bool        // when set, answer nothing until the client gives up
 }
 
@@ -101,6 +101,11 @@ func (cw *cloudWatch) serve(w http.ResponseWriter, r *http.Request) {
 		case <-cw.stop:
 		case <-time.After(time.Minute):
 		}
+	case status == http.StatusOK:
+		// What a server that is not CloudWatch may answer: JSON, not CBOR.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(`{"message":"unknown operation"}`))
 	case status != 0:
 		w.WriteHeader(status)
 	default:
@@ -206,6 +211,7 @@ func TestStatsWithoutCloudWatchStillShowsTheQueue(t *testing.T) {
 	}{
 		{"server error", cwAnswer{status: http.StatusInternalServerError}, "CloudWatch answered HTTP 500"},
 		{"throttled", cwAnswer{status: http.StatusTooManyRequests}, "CloudWatch answered HTTP 429"},
+		{"not CloudWatch", cwAnswer{status: http.StatusOK}, "the CloudWatch endpoint answered HTTP 200 with something that is not a CloudWatch answer (a local SQS server without CloudWatch?); --no-age skips the age"},
 		{"no answer", cwAnswer{hang: true}, "CloudWatch did not answer within 5s"},
 	}
 	for _, tc := range cases {
