@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -378,5 +379,29 @@ func TestJSONLogDurationsGoAws(t *testing.T) {
 	workertest.Stop(t, w)
 	if !strings.Contains(logs.String(), `"retry_in":"1s"`) || !strings.Contains(logs.String(), `"took":"`) {
 		t.Errorf("the failure's retry_in, or the stop's took, is not a duration string:\n%s", logs.String())
+	}
+}
+
+// TestCheckHealthGoAws (GoAws): CheckHealth, a hand-written worker's container health check,
+// passes while the worker serving HealthHandler runs, and fails naming the answer once it has
+// stopped, and without an address.
+func TestCheckHealthGoAws(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "health"})
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second,
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
+	hs := httptest.NewServer(worker.HealthHandler(w, nil))
+	defer hs.Close()
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	if err := worker.CheckHealth(t.Context(), addr); err != nil {
+		t.Errorf("CheckHealth of a running worker = %v", err)
+	}
+	workertest.Stop(t, w)
+	if err := worker.CheckHealth(t.Context(), addr); err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), `"phase":"stopped"`) {
+		t.Errorf("CheckHealth of a stopped worker = %v; want its 503 and state", err)
+	}
+	if err := worker.CheckHealth(t.Context(), ""); err == nil || !strings.Contains(err.Error(), "HEALTH_ADDR") {
+		t.Errorf("CheckHealth without an address = %v", err)
 	}
 }

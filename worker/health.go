@@ -2,8 +2,13 @@ package worker
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -152,4 +157,43 @@ func Ready(st State, maxPause time.Duration, now time.Time) bool {
 		return false
 	}
 	return !st.Paused || now.Sub(st.PausedSince) <= maxPause
+}
+
+// CheckHealth asks the /livez of the worker serving [HealthHandler] at addr ("host:port", or
+// ":port" for 127.0.0.1) and returns nil when it answers 200 within 3 s, or an error saying what
+// it answered. It is the container health check of a worker image without curl: ECS runs the
+// binary again with an argument, and main calls it first:
+//
+//	if len(os.Args) == 2 && os.Args[1] == "healthcheck" {
+//		if err := worker.CheckHealth(context.Background(), os.Getenv("HEALTH_ADDR")); err != nil {
+//			log.Fatal(err) // exit 1: unhealthy
+//		}
+//		return
+//	}
+//
+// with, in the task definition, healthCheck.command ["CMD", "/app/worker", "healthcheck"], and
+// the worker serving HealthHandler at HEALTH_ADDR (http.ListenAndServe(addr, worker.HealthHandler(w, nil))).
+func CheckHealth(ctx context.Context, addr string) error {
+	if addr == "" {
+		return errors.New("healthcheck: no address: set it to where the worker serves /livez (HEALTH_ADDR)")
+	}
+	if strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1" + addr
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/livez", nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s/livez answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }

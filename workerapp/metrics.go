@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -99,32 +98,14 @@ func (s *healthSwitch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	_, _ = rw.Write([]byte(`{"phase":"new"}` + "\n"))
 }
 
-// healthcheck asks the running worker's /livez, for ECS's container health check (an image
-// need not have curl): nil when it answers 200.
+// healthcheck asks the running worker's /livez (worker.CheckHealth), for ECS's container health
+// check.
 func healthcheck(ctx context.Context, getenv func(string) string) error {
 	addr := cmp.Or(getenv("HEALTH_ADDR"), getenv("METRICS_ADDR"))
 	if addr == "" {
 		return errors.New("healthcheck: set HEALTH_ADDR (or METRICS_ADDR) to where the worker serves /livez")
 	}
-	if strings.HasPrefix(addr, ":") {
-		addr = "127.0.0.1" + addr
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/livez", nil)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck: %s/livez answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return nil
+	return worker.CheckHealth(ctx, addr)
 }
 
 // queueLabel is the queue's name for the metrics' label, known before the worker starts.
