@@ -103,7 +103,7 @@ resource "aws_ecs_task_definition" "worker" {
       startPeriod = 60
     }
     # The worker's own settings that must agree with this file (set them in code or flags):
-    #   - worker.Config.ShutdownTimeout below stopTimeout (the default, 25 s, is);
+    #   - worker.Config.ShutdownTimeout plus 5 s below stopTimeout (the default, 20 s, is);
     #   - inbox.Config.Retention at least module.queue.redelivery_horizon_seconds (the default,
     #     28 days, is). The worker checks it against the queues at start and refuses to run;
     #     inbox_retention_seconds above makes plan fail first.

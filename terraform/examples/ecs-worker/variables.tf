@@ -42,19 +42,19 @@ variable "desired_count" {
 }
 
 variable "inbox_retention_seconds" {
-  description = "The worker's inbox retention (inbox.Config.Retention; default 28 days). Plan fails if it is shorter than the queue's redelivery horizon."
+  description = "The inbox retention the worker runs with (inbox.Config.Retention), in seconds, for plan to check: it fails if this is shorter than the queue's redelivery horizon. Default: 1209600 (14 days, this example's horizon: a standard queue whose DLQ keeps messages 14 days); the inbox's own default is 28 days."
   type        = number
   default     = 1209600
 }
 
 variable "stop_timeout_seconds" {
-  description = "Seconds ECS waits after SIGTERM before SIGKILL (the container's stopTimeout; Fargate allows at most 120). The worker stops receiving at SIGTERM and lets in-flight handlers finish for its ShutdownTimeout (default 25 s), which must be shorter."
+  description = "Seconds ECS waits after SIGTERM before SIGKILL (the container's stopTimeout; Fargate allows at most 120). The worker stops receiving at SIGTERM, lets in-flight handlers finish for its ShutdownTimeout (default 20 s), then cancels them and releases what it holds (up to 5 s more): this must be longer than the sum."
   type        = number
   default     = 120
 
   validation {
     condition     = var.stop_timeout_seconds >= 30 && var.stop_timeout_seconds <= 120
-    error_message = "stop_timeout_seconds must be from 30 (above the worker's default 25 s shutdown timeout) to 120 (the Fargate maximum)."
+    error_message = "stop_timeout_seconds must be from 30 (above the worker's default 20 s shutdown timeout plus 5 s to cancel and release) to 120 (the Fargate maximum)."
   }
 }
 

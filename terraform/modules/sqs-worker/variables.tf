@@ -37,7 +37,7 @@ variable "visibility_timeout_seconds" {
 }
 
 variable "message_retention_seconds" {
-  description = "How long the queue keeps a message, in seconds (SQS: 60 to 1209600). The worker's inbox retention must be at least this. Default: 345600 (4 days)."
+  description = "How long the queue keeps a message, in seconds (SQS: 60 to 1209600). It is part of the queue's redelivery horizon (output redelivery_horizon_seconds), which the worker's inbox retention must be at least. Default: 345600 (4 days)."
   type        = number
   default     = 345600
 
