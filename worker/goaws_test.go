@@ -291,17 +291,18 @@ func TestProbesFollowThePausePaceGoAws(t *testing.T) {
 	mu.Lock()
 	probes := 0
 	for _, at := range fails {
-		// Handlers that began before the pause may still fail just after it began.
-		if at.After(begun.Add(100 * time.Millisecond)) {
+		// Past the first second: handlers that began before the pause, or receives made as it
+		// began, may still fail in it (on a loaded machine, for a while).
+		if at.After(begun.Add(time.Second)) {
 			probes++
 		}
 	}
 	mu.Unlock()
-	// Pauses of at least 0.25, 0.5, 1 and 2 s fit about 5 probes into 4 s; back to back, eight
-	// pollers made 8 per pause.
-	t.Logf("%d probes in 4 s of outage", probes)
-	if probes > 7 {
-		t.Errorf("%d probes in 4 s of outage; want at most 7 (one per pause)", probes)
+	// Pauses of at least 0.25, 0.5, 1 and 2 s leave room for about 3 probes in the last 3 s of
+	// the outage; back to back, eight pollers made 8 per pause.
+	t.Logf("%d probes in the last 3 s of a 4 s outage", probes)
+	if probes > 6 {
+		t.Errorf("%d probes in the last 3 s of a 4 s outage; want at most 6 (one per pause)", probes)
 	}
 	sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
 	workertest.Stop(t, w)

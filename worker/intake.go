@@ -70,6 +70,11 @@ func (w *Worker) poll(id int) {
 			if n, err = w.acquire(ctx, w.minBatch(), w.cfg.BatchSize); err != nil {
 				return
 			}
+			if w.e.pause.active() {
+				// A pause began while this poller waited for slots: probe instead.
+				w.e.slots.Release(int64(n))
+				continue
+			}
 		}
 		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
 		// is after this moment.
