@@ -93,8 +93,9 @@ type Config struct {
 
 	// Concurrency is the most handler calls in flight at once: messages for a plain [Handler],
 	// batches for a [BatchHandler] (for the inbox, each batch is a transaction on a connection of
-	// its own, so the pool needs Concurrency connections). 0 means DefaultConcurrency (10);
-	// negative is an error.
+	// its own, so the pool needs Concurrency connections). 0 means DefaultConcurrency (10), grown
+	// up to what a [ConcurrencyLimiter] handler allows (at most MaxConcurrency) while the
+	// handler's time per message does not grow with it; negative is an error.
 	Concurrency int
 
 	// HandlerBatch is the most messages a [BatchHandler] gets in one call: for the inbox handler,

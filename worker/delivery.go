@@ -50,6 +50,8 @@ type engine struct {
 	leaseLost episodeLog       // lease-lost lines: one warning per episode
 
 	settled    atomic.Int64 // deliveries settled (the sizer's rate)
+	runNanos   atomic.Int64 // the runners' time in handler calls (the sizer's gradient)
+	runMsgs    atomic.Int64 // the messages of those calls
 	lastCommit atomic.Int64 // unix nanoseconds of the last message processed or found a duplicate
 	progress   atomic.Int64 // of the last sign of life: a poll loop, a heartbeat, a settled message
 }

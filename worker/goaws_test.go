@@ -406,3 +406,76 @@ func TestCheckHealthGoAws(t *testing.T) {
 		t.Errorf("CheckHealth without an address = %v", err)
 	}
 }
+
+// limitedHandler is a handler whose calls each wait d, as one waiting on round trips to a
+// database some milliseconds away does, and that takes up to max calls at once.
+type limitedHandler struct {
+	d     time.Duration
+	max   int
+	calls atomic.Int64
+}
+
+func (h *limitedHandler) Handle(ctx context.Context, m *worker.Message) error {
+	h.calls.Add(1)
+	return sleepCtx(ctx, h.d)
+}
+
+func (h *limitedHandler) MaxConcurrency() int { return h.max }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestConcurrencyFollowsTheHandlerGoAws (GoAws): with Concurrency 0 and a handler that says it
+// takes up to 40 calls at once, a backlog of handler calls that wait on round trips (20 ms each,
+// whatever the concurrency) makes the worker run more than the default 10 at once, never more
+// than 40; with Concurrency set, or a handler that says nothing, it keeps 10.
+func TestConcurrencyFollowsTheHandlerGoAws(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		concurrency int
+		limited     bool
+		grows       bool
+	}{
+		{"sized", 0, true, true},
+		{"fixed by the user", 10, true, false},
+		{"a handler without a limit", 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t)
+			q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "conc"})
+			if err := sqstest.Send(t.Context(), c, q.URL, bodies(3000, "c")); err != nil {
+				t.Fatal(err)
+			}
+			h := &limitedHandler{d: 20 * time.Millisecond, max: 40}
+			var handler worker.Handler = h
+			if !tc.limited {
+				handler = worker.HandlerFunc(h.Handle)
+			}
+			w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Concurrency: tc.concurrency, Handler: handler})
+			most := 0
+			sqstest.WaitFor(t, 60*time.Second, "a thousand messages handled", func() (bool, string) {
+				st := w.State()
+				most = max(most, st.Concurrency)
+				if st.Concurrency > 40 {
+					t.Fatalf("concurrency %d, past the handler's 40", st.Concurrency)
+				}
+				return h.calls.Load() >= 1000, fmt.Sprintf("%d handled, concurrency %d", h.calls.Load(), st.Concurrency)
+			})
+			workertest.Stop(t, w)
+			t.Logf("the most concurrency seen: %d", most)
+			if grew := most > 10; grew != tc.grows {
+				t.Errorf("the most concurrency seen was %d; want it to grow past 10: %v", most, tc.grows)
+			}
+		})
+	}
+}

@@ -47,6 +47,9 @@ type State struct {
 	// held and on their way).
 	Pollers  int `json:"pollers"`
 	Capacity int `json:"capacity"`
+	// Concurrency is the most handler calls the worker runs at once now (sized to the handler's
+	// time per message when Config.Concurrency is 0 and the handler is a [ConcurrencyLimiter]).
+	Concurrency int `json:"concurrency"`
 }
 
 // State returns the worker's state now.
@@ -66,6 +69,7 @@ func (w *Worker) State() State {
 	st.LastProgress = unixTime(max(w.e.progress.Load(), w.e.sw.extended.Load(), w.startedAt.UnixNano()))
 	st.Held = int(max(w.e.held.Load(), 0))
 	st.Pollers, st.Capacity = int(w.size.pollers.Load()), int(w.size.capacity.Load())
+	st.Concurrency = int(w.size.runners.Load())
 	return st
 }
 

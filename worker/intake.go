@@ -222,7 +222,7 @@ func (w *Worker) releasePending() {
 // (at stop) and drained. The rest of a FIFO group it has started stays with it (carry) and goes
 // first into its next batch, so the group's messages run in order, one batch at a time. Each
 // delivery ends itself: the runner only schedules.
-func (w *Worker) runner() {
+func (w *Worker) runner(id int) {
 	defer w.runners.Done()
 	bh, _ := w.cfg.Handler.(BatchHandler)
 	n := w.cfg.HandlerBatch
@@ -231,7 +231,18 @@ func (w *Worker) runner() {
 		buf   = make([]*delivery, 0, n)
 		timer *time.Timer
 	)
+	stopped := w.life.StopContext()
 	for {
+		if ok, wake := w.size.runActive(id); !ok && len(carry) == 0 {
+			// Not needed now (the sizer runs fewer handler calls): wait until it wants more,
+			// or the stop, when the runners still active drain the queue.
+			select {
+			case <-wake:
+				continue
+			case <-stopped.Done():
+				return
+			}
+		}
 		var open bool
 		buf, carry, open = w.gather(buf[:0], n, carry, &timer)
 		if len(buf) == 0 && !open {
@@ -256,6 +267,7 @@ func (w *Worker) runner() {
 		if w.e.pause.active() {
 			run = w.holdBack(buf) // a new slice: buf keeps its capacity of n
 		}
+		began := time.Now()
 		switch {
 		case len(run) == 0:
 		case bh != nil && n > 1:
@@ -264,6 +276,10 @@ func (w *Worker) runner() {
 			for _, d := range run {
 				d.run(w.cfg.Handler)
 			}
+		}
+		if len(run) > 0 {
+			w.e.runNanos.Add(int64(time.Since(began)))
+			w.e.runMsgs.Add(int64(len(run)))
 		}
 		carry = slices.DeleteFunc(carry, func(g *group) bool {
 			if g.len() > 0 {

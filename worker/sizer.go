@@ -20,8 +20,29 @@ import (
 // messages on their way have room: the capacity is Concurrency × HandlerBatch plus the larger of
 // that and pollers × BatchSize.
 
+// The runners are sized too, when Config.Concurrency is 0 and the handler says how many calls it
+// can take at once ([ConcurrencyLimiter]: for the inbox, its pool's connections less one). A
+// handler whose time goes to round trips (a database 1 ms away) keeps its rate only with more
+// calls in flight, but on a busy machine more calls only queue for the CPU. So the sizer follows
+// the gradient of the handler's time per message: while the runners are busy and messages wait
+// for them, it sets the runners to cur × (best time / time now) + sqrt(cur): the count grows
+// while more calls do not slow each one down, and stops (or falls back) where they start to.
+// Idle runners fall back by one a look, never under DefaultConcurrency.
+
 // MaxPollers is the most pollers the worker runs when it sizes them itself (Config.Pollers 0).
 const MaxPollers = 64
+
+// MaxConcurrency is the most handler calls in flight when the worker sizes them itself
+// (Config.Concurrency 0 and a [ConcurrencyLimiter] handler).
+const MaxConcurrency = 64
+
+// ConcurrencyLimiter is implemented by a handler that says how many calls it can take at once:
+// with Config.Concurrency 0, the worker runs from DefaultConcurrency up to that many (at most
+// MaxConcurrency), as the handler's measured time per message allows. The inbox handler
+// returns its pool's MaxConns less one (the purge loop's connection).
+type ConcurrencyLimiter interface {
+	MaxConcurrency() int
+}
 
 // sizeEvery is how often the sizer looks.
 const sizeEvery = 250 * time.Millisecond
@@ -42,22 +63,35 @@ type sizer struct {
 	started int // poller goroutines started (under wakeMu): they start as the count first grows
 
 	recvNanos, recvCalls atomic.Int64 // ReceiveMessage calls that returned messages, and their time
+
+	autoRun    bool // the runners are sized (Config.Concurrency was 0, the handler a ConcurrencyLimiter)
+	minR, maxR int
+	runners    atomic.Int64  // runners that may take work now
+	runWake    chan struct{} // closed and replaced when the runner count grows (under wakeMu)
+	runStarted int           // runner goroutines started (under wakeMu)
+	best       float64       // the lowest handler seconds per message seen, drifting up 1% a look
 }
 
 // newSizer sizes the worker's pollers and capacity from cfg (its defaults filled in), which says
 // whether the user fixed them.
-func newSizer(w *Worker, autoPollers, autoPrefetch bool) *sizer {
+func newSizer(w *Worker, autoPollers, autoPrefetch, autoConcurrency bool) *sizer {
 	c := &w.cfg
-	s := &sizer{w: w, auto: autoPollers, autoCap: autoPollers && autoPrefetch, minP: c.Pollers, maxP: c.Pollers,
-		wake: make(chan struct{})}
+	s := &sizer{w: w, auto: autoPollers, autoCap: autoPrefetch, minP: c.Pollers, maxP: c.Pollers,
+		minR: c.Concurrency, maxR: c.Concurrency, wake: make(chan struct{}), runWake: make(chan struct{})}
 	if s.auto {
 		s.maxP = max(MaxPollers, c.Pollers)
 	}
+	if l, ok := c.Handler.(ConcurrencyLimiter); ok && autoConcurrency {
+		s.autoRun = true
+		s.maxR = min(max(l.MaxConcurrency(), s.minR), MaxConcurrency)
+	}
+	s.autoCap = s.autoCap && (s.auto || s.autoRun)
 	s.maxCap = c.capacity()
 	if s.autoCap {
-		s.maxCap = c.Concurrency*c.HandlerBatch + max(c.Prefetch, s.maxP*c.BatchSize)
+		s.maxCap = s.maxR*c.HandlerBatch + max(c.Prefetch, s.maxP*c.BatchSize)
 	}
 	s.pollers.Store(int64(s.minP))
+	s.runners.Store(int64(s.minR))
 	s.capacity.Store(int64(c.capacity()))
 	s.reserve = int64(s.maxCap - c.capacity())
 	return s
@@ -78,6 +112,37 @@ func (s *sizer) startLocked(n int) {
 		s.w.pollers.Add(1)
 		go s.w.poll(s.started)
 	}
+}
+
+// startRunners starts runner goroutines up to n, under wakeMu's guard against a stop.
+func (s *sizer) startRunners(n int) {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	s.startRunnersLocked(n)
+}
+
+func (s *sizer) startRunnersLocked(n int) {
+	if s.w.life.Stopping() {
+		return
+	}
+	for ; s.runStarted < n; s.runStarted++ {
+		s.w.runners.Add(1)
+		go s.w.runner(s.runStarted)
+	}
+}
+
+// runActive reports whether runner i may take work now; when not, it returns a channel closed
+// when the count grows.
+func (s *sizer) runActive(i int) (bool, <-chan struct{}) {
+	if int64(i) < s.runners.Load() {
+		return true, nil
+	}
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	if int64(i) < s.runners.Load() {
+		return true, nil
+	}
+	return false, s.runWake
 }
 
 // holdReserve takes the slots beyond the starting capacity out of use; call it before anything
@@ -110,33 +175,65 @@ func (s *sizer) active(i int) (bool, <-chan struct{}) {
 
 // run sizes the pollers and the capacity every sizeEvery until ctx ends.
 func (s *sizer) run(ctx context.Context, e *engine) {
-	if !s.auto {
+	if !s.auto && !s.autoRun {
 		return
 	}
 	t := time.NewTicker(sizeEvery)
 	defer t.Stop()
 	last, lastSettled := time.Now(), e.settled.Load()
-	var lastNanos, lastCalls int64
+	var lastNanos, lastCalls, lastBusy, lastRun int64
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			settled, nanos, calls := e.settled.Load(), s.recvNanos.Load(), s.recvCalls.Load()
-			if e.pause.active() {
-				// A dependency is down: back to the loopback's pollers and capacity, so that
-				// when a probe ends the pause, the worker does not receive its whole grown
+			busy, ran := e.runNanos.Load(), e.runMsgs.Load()
+			window := now.Sub(last).Seconds()
+			pollers, runners := int(s.pollers.Load()), int(s.runners.Load())
+			switch {
+			case e.pause.active():
+				// A dependency is down: back to the loopback's pollers, runners and capacity, so
+				// that when a probe ends the pause, the worker does not receive its whole grown
 				// capacity into an outage that may not be over (each such message spends a
 				// receive), and grows again from what it then measures.
-				s.resize(e, s.minP, true)
-			} else if calls > lastCalls {
-				rate := float64(settled-lastSettled) / now.Sub(last).Seconds()
-				l := time.Duration((nanos - lastNanos) / (calls - lastCalls)).Seconds()
-				s.resize(e, s.want(rate, l), false)
+				pollers, runners = s.minP, s.minR
+				s.resize(e, pollers, runners, true)
+			default:
+				if s.auto && calls > lastCalls {
+					rate := float64(settled-lastSettled) / window
+					l := time.Duration((nanos - lastNanos) / (calls - lastCalls)).Seconds()
+					pollers = s.want(rate, l)
+				}
+				if s.autoRun && ran > lastRun {
+					runners = s.wantRunners(runners, time.Duration(busy-lastBusy).Seconds(), int(ran-lastRun), window, e.held.Load())
+				}
+				s.resize(e, pollers, runners, false)
 			}
-			last, lastSettled, lastNanos, lastCalls = now, settled, nanos, calls
+			last, lastSettled, lastNanos, lastCalls, lastBusy, lastRun = now, settled, nanos, calls, busy, ran
 		}
 	}
+}
+
+// wantRunners is the runner count for the next look, from cur runners that were busy for busy
+// seconds in all over window seconds, handling msgs messages, with held messages waiting for them.
+func (s *sizer) wantRunners(cur int, busy float64, msgs int, window float64, held int64) int {
+	perMsg := busy / float64(msgs)
+	if s.best == 0 || perMsg < s.best {
+		s.best = perMsg
+	} else {
+		s.best *= 1.01 // forget a best seen under a lighter load, slowly
+	}
+	util := busy / (window * float64(cur))
+	switch {
+	case util > 0.8 && held >= int64(s.w.cfg.HandlerBatch):
+		// Busy, with work waiting: follow the gradient.
+		g := min(max(s.best/perMsg, 0.5), 1)
+		return min(max(int(float64(cur)*g+math.Sqrt(float64(cur))), s.minR), s.maxR)
+	case util < 0.5:
+		return max(cur-1, s.minR)
+	}
+	return cur
 }
 
 // want is the pollers that keep R × L messages on their way, with a margin.
@@ -149,7 +246,7 @@ func (s *sizer) want(rate, latency float64) int {
 // limit the rate, the rate measured understates what the runners can take), down by one a look
 // (or at once, with now), so that a lull does not undo what a backlog needs. The capacity follows
 // when the prefetch is sized too.
-func (s *sizer) resize(e *engine, want int, now bool) {
+func (s *sizer) resize(e *engine, want, runners int, now bool) {
 	cur := int(s.pollers.Load())
 	switch {
 	case want > cur:
@@ -160,10 +257,10 @@ func (s *sizer) resize(e *engine, want int, now bool) {
 		cur--
 	}
 	if s.autoCap {
-		// The capacity follows the pollers; what cannot be taken back now (held by messages)
-		// is taken at later looks.
+		// The capacity follows the pollers and the runners; what cannot be taken back now
+		// (held by messages) is taken at later looks.
 		c := &s.w.cfg
-		target := int64(c.Concurrency*c.HandlerBatch + max(c.Prefetch, cur*c.BatchSize))
+		target := int64(runners*c.HandlerBatch + max(c.Prefetch, cur*c.BatchSize))
 		have := s.capacity.Load()
 		switch {
 		case target > have:
@@ -180,6 +277,14 @@ func (s *sizer) resize(e *engine, want int, now bool) {
 	}
 	s.wakeMu.Lock()
 	defer s.wakeMu.Unlock()
+	if int64(runners) > s.runners.Load() {
+		s.runners.Store(int64(runners))
+		s.startRunnersLocked(runners)
+		close(s.runWake)
+		s.runWake = make(chan struct{})
+	} else {
+		s.runners.Store(int64(runners))
+	}
 	if int64(cur) > s.pollers.Load() {
 		s.pollers.Store(int64(cur))
 		s.startLocked(cur)

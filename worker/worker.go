@@ -82,7 +82,7 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		return nil, errors.New("worker: Config is nil (Config.Handler and the queue are required)")
 	}
 	c := *cfg
-	autoPollers, autoPrefetch := c.Pollers == 0, c.Prefetch == 0
+	autoPollers, autoPrefetch, autoConcurrency := c.Pollers == 0, c.Prefetch == 0, c.Concurrency == 0
 	c.setDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		life:          startstop.Base{Cause: ErrStopping, Name: "worker"},
 		receiveFailed: episodeLog{quiet: time.Minute},
 	}
-	w.size = newSizer(w, autoPollers, autoPrefetch)
+	w.size = newSizer(w, autoPollers, autoPrefetch, autoConcurrency)
 	w.ready = make(chan item, w.size.maxCap)
 	w.e = &engine{cfg: &w.cfg, metrics: c.Metrics, log: c.Logger, now: time.Now,
 		leaseLost: episodeLog{quiet: time.Minute}, slots: semaphore.NewWeighted(int64(w.size.maxCap))}
@@ -161,10 +161,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.mu.Lock()
 	w.queue = q
 	w.mu.Unlock()
-	for range w.cfg.Concurrency {
-		w.runners.Add(1)
-		go w.runner()
-	}
+	w.size.startRunners(w.cfg.Concurrency)
 	w.size.start(w.cfg.Pollers)
 	w.pollers.Add(1)
 	go func() {
@@ -172,7 +169,7 @@ func (w *Worker) start(ctx context.Context) error {
 		w.size.run(w.life.StopContext(), w.e)
 	}()
 	attrs := []any{"concurrency", w.cfg.Concurrency, "handler_batch", w.cfg.HandlerBatch, "prefetch", max(w.cfg.Prefetch, 0),
-		"pollers", w.cfg.Pollers, "max_pollers", w.size.maxP, "fifo", q.FIFO,
+		"max_concurrency", w.size.maxR, "pollers", w.cfg.Pollers, "max_pollers", w.size.maxP, "fifo", q.FIFO,
 		"visibility_timeout", vis, "redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
 	if lv, ok := w.cfg.Handler.(slog.LogValuer); ok {
 		attrs = append(attrs, "handler", lv)

@@ -185,6 +185,11 @@ func (h *Handler) CheckQueue(ctx context.Context, q *worker.Queue) error {
 	return h.ib.CheckRetention(q.RedeliveryHorizon())
 }
 
+// MaxConcurrency implements [worker.ConcurrencyLimiter]: each handler call holds one of the
+// pool's connections for its transaction, and the purge loop takes one, so a worker that sizes
+// its concurrency (Config.Concurrency 0) runs at most the pool's MaxConns less one calls.
+func (h *Handler) MaxConcurrency() int { return int(h.ib.Pool().Config().MaxConns) - 1 }
+
 // CheckCapacity implements [worker.CapacityChecker]: it warns when the inbox's pool holds fewer
 // connections than the worker's concurrency plus one. Each handler call (a batch included) holds a
 // connection for its transaction, and the inbox's purge loop ([inbox.Inbox.PurgeLoop]) takes one

@@ -201,6 +201,9 @@ func (r *Router) CheckQueue(ctx context.Context, q *worker.Queue) error {
 	return any.CheckQueue(ctx, q)
 }
 
+// MaxConcurrency implements [worker.ConcurrencyLimiter] as [Handler.MaxConcurrency] does.
+func (r *Router) MaxConcurrency() int { return (&Handler{ib: r.ib}).MaxConcurrency() }
+
 // CheckCapacity implements [worker.CapacityChecker] as [Handler.CheckCapacity] does.
 func (r *Router) CheckCapacity(concurrency int) error {
 	return (&Handler{ib: r.ib}).CheckCapacity(concurrency)

@@ -102,7 +102,7 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 		return err
 	}
 	fmt.Printf("\nlatency: SQS and PostgreSQL behind delaying proxies (round trips added; a cell with 0 goes direct); %d messages per run; the worker at its defaults, the frozen reference (receive 10, one transaction with a savepoint, claim and insert per message, DeleteMessageBatch; N loops) at its best N of %s\n\n", n, lf.refc)
-	fmt.Printf("| SQS RTT | PG RTT | worker | worker / its 0+0 rate | reference (best N) | worker / reference | CPU/msg worker | CPU/msg reference | machine CPU, cores (worker run) | the worker's pollers, capacity at the end |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("| SQS RTT | PG RTT | worker | worker / its 0+0 rate | reference (best N) | worker / reference | CPU/msg worker | CPU/msg reference | machine CPU, cores (worker run) | the worker's pollers, concurrency, capacity at the end |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var base float64
 	for _, sd := range sqsDelays {
 		for _, pd := range pgDelays {
@@ -147,9 +147,9 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 			if base > 0 {
 				share = fmt.Sprintf("%.2f", w.rate/base)
 			}
-			fmt.Printf("| %v | %v | %.0f/s | %s | %.0f/s (N=%d) | %.2f | %v | %v | %.2f | %d, %d |\n", sd, pd, w.rate, share, best.rate, best.c,
+			fmt.Printf("| %v | %v | %.0f/s | %s | %.0f/s (N=%d) | %.2f | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, best.rate, best.c,
 				w.rate/best.rate, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
-				(w.cpu.self+w.cpu.goaws+w.cpu.postgres).Seconds()*w.rate, w.end.Pollers, w.end.Capacity)
+				(w.cpu.self+w.cpu.goaws+w.cpu.postgres).Seconds()*w.rate, w.end.Pollers, w.end.Concurrency, w.end.Capacity)
 		}
 	}
 	fmt.Printf("\n(CPU per message counts the bench process, which runs the proxies too when a cell adds latency; machine CPU is the worker run's bench process, SQS server and PostgreSQL, in cores.)\n")
