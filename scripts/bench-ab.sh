@@ -8,6 +8,12 @@
 #
 #   scripts/bench-ab.sh db619ef                    # OLD against HEAD
 #   ROUNDS=10 MSGS=5000 SERVERS=goaws,fauxqs scripts/bench-ab.sh OLD NEW
+#
+# With LAT=1 it measures instead the worker at its defaults (pollers and prefetch 0, and
+# Concurrency LATC_OLD or LATC_NEW, 0 by default: sized) in two cells of workerbench's latency
+# table: PostgreSQL direct and 1 ms away (SQS direct); the columns are then the two rates and the
+# worker's CPU per message in each. OLD and NEW may be one commit with two Concurrency values:
+#   LAT=1 LATC_OLD=10 scripts/bench-ab.sh HEAD HEAD
 set -euo pipefail
 old=${1:?usage: bench-ab.sh OLD [NEW]}
 new=${2:-HEAD}
@@ -33,6 +39,16 @@ done
 # batched", "CPU/msg worker", "allocs/msg" and "inbox-only batched" columns).
 measure() {
 	local c=$1 server=$2
+	if [[ ${LAT:-} == 1 ]]; then
+		local lc=${LATC_NEW:-0}
+		[[ $c == old ]] && lc=${LATC_OLD:-0}
+		(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -n "$msgs" -c '' -inflight 0 -lat-sqs 0 -lat-pg 0,1 -refc 0 -lat-c "$lc") |
+			awk -F'|' '/^\| 0s \| 0s /{r0 = $4; c0 = $8} /^\| 0s \| 1ms /{r1 = $4; c1 = $8} END {
+				gsub(/[ \/s]/, "", r0); gsub(/[ \/s]/, "", r1)
+				gsub(/ |µs/, "", c0); gsub(/ |µs/, "", c1)
+				print r0, r1, c0, c1 }'
+		return
+	fi
 	(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -only goaws,inbox -n "$msgs" -c 8 -inflight 0 \
 		-batch 10 -bc 10 -n1c 0 -rawpollers 1) |
 		awk -F'|' '/^\| c=10 N=10 /{
@@ -51,8 +67,7 @@ for server in "${list[@]}"; do
 		for c in old new; do
 			v=$(measure "$c" "$server")
 			echo "$v" >>"$tmp/$server.$c"
-			read -r rate cpu allocs inb <<<"$v"
-			echo "round $r $server $c: $rate msgs/s, worker CPU ${cpu}µs/msg, $allocs allocs/msg; inbox alone $inb msgs/s"
+			echo "round $r $server $c: $v"
 		done
 	done
 done
@@ -63,7 +78,9 @@ echo "| server | measure | old median | old spread | new median | new spread | n
 echo "|---|---|---:|---:|---:|---:|---:|"
 for server in "${list[@]}"; do
 	for k in 1 2 3 4; do
-		name=$(echo "msgs/s worker-CPU-µs/msg allocs/msg inbox-alone-msgs/s" | cut -d' ' -f"$k")
+		names="msgs/s worker-CPU-µs/msg allocs/msg inbox-alone-msgs/s"
+		[[ ${LAT:-} == 1 ]] && names="msgs/s(PG-0) msgs/s(PG-1ms) CPU-µs/msg(PG-0) CPU-µs/msg(PG-1ms)"
+		name=$(echo "$names" | cut -d' ' -f"$k")
 		read -r om os <<<"$(stats "$tmp/$server.old" "$k")"
 		read -r nm ns <<<"$(stats "$tmp/$server.new" "$k")"
 		awk -v s="$server" -v n="$name" -v om="$om" -v os="$os" -v nm="$nm" -v ns="$ns" \

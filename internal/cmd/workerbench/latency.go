@@ -29,7 +29,7 @@ import (
 // (internal/latency), as in AWS (SQS 5 to 30 ms away, RDS in the zone about 1 ms).
 type latFlags struct {
 	sqs, pg, refc string
-	share         int
+	share, c      int
 }
 
 var lf latFlags
@@ -37,7 +37,8 @@ var lf latFlags
 func (f *latFlags) register() {
 	flag.StringVar(&f.sqs, "lat-sqs", "", "latency table: round-trip times added to SQS, in ms, comma-separated (empty skips the table), e.g. 0,5,20,50")
 	flag.StringVar(&f.pg, "lat-pg", "0,1", "latency table: round-trip times added to PostgreSQL, in ms")
-	flag.StringVar(&f.refc, "refc", "4,16,64", "latency table: parallelism of the frozen reference loop; the best is its rate")
+	flag.StringVar(&f.refc, "refc", "4,16,64", "latency table: parallelism of the frozen reference loop; the best is its rate (0: no reference)")
+	flag.IntVar(&f.c, "lat-c", 0, "latency table: the worker's Concurrency (0: its default, sized)")
 	flag.IntVar(&f.share, "share", 0, "start this many workers at their defaults together on one queue of -n messages and print each one's share (0 skips it)")
 }
 
@@ -119,7 +120,7 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 			if err != nil {
 				return err
 			}
-			w, err := b.runWorkerOpts(ctx, client, url, n, workerOpts{ib: ib, pollers: pollers})
+			w, err := b.runWorkerOpts(ctx, client, url, n, workerOpts{ib: ib, pollers: pollers, c: lf.c})
 			if err != nil {
 				return err
 			}
@@ -131,6 +132,9 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 			}
 			var best refRun
 			for _, c := range refcs {
+				if c <= 0 {
+					continue // -refc 0: no reference (scripts/bench-ab.sh's latency mode)
+				}
 				url, err := b.queue(ctx, n)
 				if err != nil {
 					return err
