@@ -43,7 +43,7 @@ var awsTraceHeader = string(types.MessageSystemAttributeNameAWSTraceHeader)
 //
 //	h = workerotel.Middleware("orders", nil)(h)
 //
-// The returned handler passes [worker.QueueChecker], [worker.CapacityChecker] and [log/slog.LogValuer] through to the one
+// The returned handler passes [worker.QueueChecker], [worker.CapacityChecker], [worker.ConcurrencyLimiter] and [log/slog.LogValuer] through to the one
 // it wraps, so the inbox handler's start-up checks still run.
 func Middleware(queue string, cfg *Config) func(worker.Handler) worker.Handler {
 	c := configOrZero(cfg)
@@ -187,6 +187,15 @@ func (h *handler) CheckCapacity(concurrency int) error {
 		return cc.CheckCapacity(concurrency)
 	}
 	return nil
+}
+
+// MaxConcurrency is the wrapped handler's [worker.ConcurrencyLimiter] limit, if it has one; 0 (the
+// worker's Concurrency stays as set) if not.
+func (h *handler) MaxConcurrency() int {
+	if cl, ok := h.next.(worker.ConcurrencyLimiter); ok {
+		return cl.MaxConcurrency()
+	}
+	return 0
 }
 
 // LogValue is the wrapped handler's, if it has one (an empty group, which slog omits, if not).

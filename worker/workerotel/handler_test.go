@@ -254,9 +254,10 @@ func (h *checkedHandler) CheckQueue(_ context.Context, q *worker.Queue) error {
 	return errors.New("retention too short")
 }
 func (h *checkedHandler) LogValue() slog.Value { return slog.StringValue("checked") }
+func (h *checkedHandler) MaxConcurrency() int  { return 33 }
 
-// TestMiddlewareKeepsQueueChecker: the wrapped handler's start-up check and log value still
-// reach the worker (the inbox handler's retention check must not be lost to tracing).
+// TestMiddlewareKeepsQueueChecker: the wrapped handler's start-up check, concurrency limit and
+// log value still reach the worker (the inbox handler's retention check must not be lost to tracing).
 func TestMiddlewareKeepsQueueChecker(t *testing.T) {
 	t.Parallel()
 	inner := &checkedHandler{}
@@ -272,8 +273,14 @@ func TestMiddlewareKeepsQueueChecker(t *testing.T) {
 	if lv, ok := h.(slog.LogValuer); !ok || lv.LogValue().String() != "checked" {
 		t.Errorf("LogValue is not the inner handler's")
 	}
+	if cl, ok := h.(worker.ConcurrencyLimiter); !ok || cl.MaxConcurrency() != 33 {
+		t.Errorf("MaxConcurrency is not the inner handler's 33")
+	}
 	plain := workerotel.Middleware("orders", nil)(worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil }))
 	if err := plain.(worker.QueueChecker).CheckQueue(t.Context(), q); err != nil {
 		t.Errorf("CheckQueue of a handler without one = %v, want nil", err)
+	}
+	if n := plain.(worker.ConcurrencyLimiter).MaxConcurrency(); n != 0 {
+		t.Errorf("MaxConcurrency of a handler without one = %d, want 0 (the worker's Concurrency stays)", n)
 	}
 }
