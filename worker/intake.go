@@ -35,46 +35,12 @@ func (w *Worker) poll(id int) {
 		if err := w.e.pause.wait(ctx); err != nil {
 			return
 		}
-		var n int
-		if w.e.pause.active() {
-			// A probe: one message, once nothing else is outstanding, so that an outage burns
-			// few receive counts.
-			// The wait for the others is bounded, so that a handler stuck past it (or a slot
-			// held by a message that never settles) cannot stop the probes.
-			all := w.size.capacity.Load()
-			actx, cancel := context.WithTimeout(ctx, probeQuiet)
-			err := w.e.slots.Acquire(actx, all)
-			cancel()
-			switch {
-			case err == nil && !w.e.pause.due():
-				// The pause ended, or another probe failed while this one waited and began a
-				// new pause: receive as usual, or wait that pause out.
-				w.e.slots.Release(all)
-				continue
-			case err == nil:
-				w.e.slots.Release(all - 1)
-			case ctx.Err() != nil:
-				return
-			default:
-				if w.e.slots.Acquire(ctx, 1) != nil {
-					return
-				}
-				if !w.e.pause.due() {
-					w.e.slots.Release(1)
-					continue
-				}
-			}
-			n = 1
-		} else {
-			var err error
-			if n, err = w.acquire(ctx, w.minBatch(), w.cfg.BatchSize); err != nil {
-				return
-			}
-			if w.e.pause.active() {
-				// A pause began while this poller waited for slots: probe instead.
-				w.e.slots.Release(int64(n))
-				continue
-			}
+		n, err := w.slotsForReceive(ctx)
+		if err != nil {
+			return
+		}
+		if n == 0 {
+			continue
 		}
 		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
 		// is after this moment.
@@ -119,6 +85,48 @@ func (w *Worker) poll(id int) {
 		}
 		w.dispatch(msgs, n, requested)
 	}
+}
+
+// slotsForReceive takes the slots for the next receive: a batch's, or during a pause one, for a
+// probe. It returns 0 when the poller should look again first (the pause began, ended, or was
+// prolonged while it waited), and ctx's error at a stop.
+func (w *Worker) slotsForReceive(ctx context.Context) (int, error) {
+	if !w.e.pause.active() {
+		n, err := w.acquire(ctx, w.minBatch(), w.cfg.BatchSize)
+		if err == nil && w.e.pause.active() {
+			// A pause began while this poller waited for slots: probe instead.
+			w.e.slots.Release(int64(n))
+			return 0, nil
+		}
+		return n, err
+	}
+	// A probe: one message, once nothing else is outstanding, so that an outage burns few
+	// receive counts. The wait for the others is bounded, so that a handler stuck past it (or a
+	// slot held by a message that never settles) cannot stop the probes.
+	all := w.size.capacity.Load()
+	actx, cancel := context.WithTimeout(ctx, probeQuiet)
+	err := w.e.slots.Acquire(actx, all)
+	cancel()
+	switch {
+	case err == nil && !w.e.pause.due():
+		// The pause ended, or another probe failed while this one waited and began a new
+		// pause: receive as usual, or wait that pause out.
+		w.e.slots.Release(all)
+		return 0, nil
+	case err == nil:
+		w.e.slots.Release(all - 1)
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	default:
+		if err := w.e.slots.Acquire(ctx, 1); err != nil {
+			return 0, err
+		}
+		if !w.e.pause.due() {
+			w.e.slots.Release(1)
+			return 0, nil
+		}
+	}
+	return 1, nil
 }
 
 // minBatch is the number of free slots a poller waits for, at most gatherWait, before it
