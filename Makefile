@@ -16,6 +16,17 @@ help: ## List the targets.
 demo: ## The OrderPaid story through an SNS fan-out: fauxqs and a throwaway PostgreSQL started for you, evt_9f3k published twice, 1,000 more events with duplicates, warehouse and loyalty each applying every event once, a table.
 	$(GO) run ./internal/cmd/demo
 
+# The port of 127.0.0.1 that `make dev` starts fauxqs on: LocalStack's, so that the same
+# environment works with either.
+DEV_PORT ?= 4566
+
+# Built, then run: `go run` exits 1 on Ctrl-C whatever the command does, and make would report it.
+.PHONY: dev
+dev: ## fauxqs on 127.0.0.1:DEV_PORT (4566) and a throwaway PostgreSQL (or DATABASE_URL's), with localstack/'s queues, DLQs and SNS topic and the inbox migrated, for running workers against; prints the environment to export, runs until Ctrl-C. No Docker.
+	@mkdir -p $(TOOLS_DIR)
+	$(GO) build -o $(TOOLS_DIR)/sqsinbox-dev ./internal/cmd/dev
+	exec $(TOOLS_DIR)/sqsinbox-dev -port $(DEV_PORT)
+
 # The SQS server the harness (internal/sqstest) starts for the first pass of `make test`: goaws
 # (the default) or fauxqs. TESTING.md says how the suite runs and what each server gets wrong.
 SQSINBOX_TEST_SQS ?= goaws

@@ -120,6 +120,15 @@ func (s *Server) Close() {
 // Owned reports whether the server is a throwaway cluster that fault tests may restart.
 func (s *Server) Owned() bool { return s.cluster != nil }
 
+// Dir returns the directory that holds the throwaway cluster (its data, its log), which Close
+// removes, or "" when the server is not ours.
+func (s *Server) Dir() string {
+	if s.cluster == nil {
+		return ""
+	}
+	return s.cluster.dir
+}
+
 // ErrNotOwned is returned by Restart, Stop and Kill on a server that the harness did not start.
 var ErrNotOwned = errors.New("pgtest: the server is not a throwaway cluster (TEST_DATABASE_URL is set); it is never restarted")
 

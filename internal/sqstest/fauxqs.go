@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,9 +172,45 @@ func nodeAtLeast(v string, min [3]int) bool {
 
 var listening = regexp.MustCompile(`fauxqs listening on (http://127\.0\.0\.1:\d+)`)
 
-// startFauxqs installs fauxqs if needed and starts it on a free loopback port that the kernel
-// picks (the start script prints it).
-func startFauxqs(ctx context.Context) (*Server, error) {
+// ErrPortTaken is the error of [StartFauxqsAt] when something listens on its port already.
+var ErrPortTaken = errors.New("is taken")
+
+// StartFauxqsAt installs fauxqs if needed and starts it on the fixed address 127.0.0.1:port, for
+// a developer's session (internal/cmd/dev) rather than a test binary. It refuses, naming the
+// port, when something listens there already. Unlike [Start] it changes no environment
+// variable: the caller points the standard AWS configuration chain, which the server's [Client]
+// is made with, at Endpoint before calling it. The caller must call Close.
+func StartFauxqsAt(ctx context.Context, port int) (*Server, error) {
+	if port <= 0 || port > 65535 {
+		return nil, fmt.Errorf("sqstest: port %d: want 1 to 65535", port)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	taken := func(err error) error {
+		return fmt.Errorf("sqstest: %s %w (%v): stop what listens there (LocalStack's docker compose publishes 4566) or choose another port", addr, ErrPortTaken, err)
+	}
+	// fauxqs would fail the same way, but only after its start and with a Node stack trace.
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, taken(err)
+	}
+	_ = l.Close()
+	s, err := startFauxqs(ctx, port)
+	if err != nil {
+		if strings.Contains(err.Error(), "EADDRINUSE") { // taken since the check
+			return nil, taken(err)
+		}
+		return nil, fmt.Errorf("sqstest: %w", err)
+	}
+	if err := s.init(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startFauxqs installs fauxqs if needed and starts it on the loopback port given, or on a free
+// one that the kernel picks when port is 0 (the start script prints it).
+func startFauxqs(ctx context.Context, port int) (*Server, error) {
 	dir, err := fauxqsDir(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fauxqs %s could not be installed: %w", FauxqsVersion, err)
@@ -182,7 +220,7 @@ func startFauxqs(ctx context.Context) (*Server, error) {
 		return nil, fmt.Errorf("fauxqs %s could not be started: %w", FauxqsVersion, err)
 	}
 	s := &Server{Kind: KindFauxqs}
-	cmd := exec.Command(node, filepath.Join(dir, "start.mjs"), "0")
+	cmd := exec.Command(node, filepath.Join(dir, "start.mjs"), strconv.Itoa(port))
 	cmd.Dir = dir
 	if err := s.launch(cmd); err != nil {
 		return nil, fmt.Errorf("fauxqs %s could not be started: %w", FauxqsVersion, err)

@@ -18,6 +18,8 @@
 // before, SQSINBOX_TEST_GOAWS=1 says it is GoAws), so that [Server.Kind] and helpers such as
 // [Count] allow for its quirks; unset, it counts as [KindOther].
 //
+// [StartFauxqsAt] starts fauxqs on a fixed port instead, for `make dev` (internal/cmd/dev).
+//
 // Queues get unique names and are created one at a time (GoAws crashes when queues are created
 // while other requests are in flight), and are never deleted under load.
 package sqstest
@@ -122,7 +124,7 @@ func Start(ctx context.Context) (*Server, error) {
 	}
 	start := startGoAws
 	if kind == KindFauxqs {
-		start = startFauxqs
+		start = func(ctx context.Context) (*Server, error) { return startFauxqs(ctx, 0) }
 	}
 	s, err := start(ctx)
 	if err != nil {
@@ -268,6 +270,15 @@ func (s *Server) Alive() error {
 	default:
 		return nil
 	}
+}
+
+// Exited returns a channel that is closed when the server the harness started has exited, and
+// nil (never ready) for a server it did not start.
+func (s *Server) Exited() <-chan struct{} {
+	if s.cmd == nil {
+		return nil
+	}
+	return s.exited
 }
 
 // Output returns what the server the harness started has printed so far (stdout and stderr;
