@@ -186,7 +186,7 @@ func StartFauxqsAt(ctx context.Context, port int) (*Server, error) {
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	taken := func(err error) error {
-		return fmt.Errorf("sqstest: %s %w (%v): stop what listens there (LocalStack's docker compose publishes 4566) or choose another port", addr, ErrPortTaken, err)
+		return fmt.Errorf("sqstest: %s %w (%w): stop what listens there (LocalStack's docker compose publishes 4566) or choose another port", addr, ErrPortTaken, err)
 	}
 	// fauxqs would fail the same way, but only after its start and with a Node stack trace.
 	l, err := net.Listen("tcp", addr)
