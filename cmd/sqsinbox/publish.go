@@ -19,9 +19,6 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
-// snsMaxBytes is the largest message SNS accepts, body and attributes: 256 KiB.
-const snsMaxBytes = 256 * 1024
-
 // isTopicARN reports whether s looks like an SNS topic ARN: arn:PARTITION:sns:REGION:ACCOUNT:NAME.
 func isTopicARN(s string) bool {
 	p := strings.Split(s, ":")

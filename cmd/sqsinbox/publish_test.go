@@ -153,7 +153,7 @@ func TestSendToTopicRefusals(t *testing.T) {
 		{"queue and topic", []string{"--queue", "q", "--topic-arn", missing}, 2, "--queue and --topic-arn exclude each other"},
 		{"not an ARN", []string{"--topic-arn", "orders"}, 2, `--topic-arn "orders" is not an SNS topic ARN`},
 		{"an SQS ARN", []string{"--topic-arn", "arn:aws:sqs:us-east-1:000000000000:orders"}, 2, "is not an SNS topic ARN"},
-		{"over the SNS limit", []string{"--topic-arn", missing, "--max-bytes", "262145"}, 2, "SNS accepts at most 262144"},
+		{"over 1 MiB", []string{"--topic-arn", missing, "--max-bytes", "1048577"}, 2, "want 1 to 1048576 (1 MiB, the largest SQS and SNS accept)"},
 		{"dedup on a standard topic", []string{"--topic-arn", missing, "--dedup-id", "key"}, 2, "--dedup-id is for FIFO queues and topics"},
 	}
 	if ok, _ := srv.SNSSupported(); ok {

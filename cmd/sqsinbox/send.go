@@ -13,15 +13,19 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 )
 
-// defaultMaxBytes is the default of --max-bytes: 256 KiB, the limit of SQS until 2025 and of
-// the emulators still. AWS now accepts 1 MiB where the queue's MaximumMessageSize allows it.
+// defaultMaxBytes is a destination's limit when it does not say its MaximumMessageSize: 256 KiB,
+// the default of SQS queues and SNS topics (both accept up to 1 MiB where the attribute is raised).
 const defaultMaxBytes = 256 * 1024
+
+// maxMessageBytes is the largest MaximumMessageSize of SQS and SNS: 1 MiB.
+const maxMessageBytes = 1 << 20
 
 func runSend(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "send", "send --queue QUEUE|--topic-arn ARN [flags] [FILE]",
@@ -39,16 +43,16 @@ func runSend(ctx context.Context, e env, args []string) error {
 			"key) or `field:NAME` (the line's top-level field NAME). SQS allows 1 to 128 characters of\n"+
 			"letters, digits and punctuation. With --dedup-id key, SQS drops a --repeat copy sent\n"+
 			"within 5 minutes of the first.\n\n"+
-			"A message (the line plus its event_id attribute) may be at most --max-bytes: 256 KiB by\n"+
-			"default, the limit of SNS, of SQS before 2025 and of the emulators; SQS now accepts up to\n"+
-			"1 MiB (--max-bytes 1048576) where the queue's MaximumMessageSize allows it.\n\n"+traceEnvHelp)
+			"A message (the line plus its event_id attribute) may be at most the queue's or topic's\n"+
+			"MaximumMessageSize (256 KiB unless raised, up to 1 MiB; 256 KiB where the server does not\n"+
+			"say), read before anything is sent; --max-bytes sets a lower limit.\n\n"+traceEnvHelp)
 	queue := fs.String("queue", "", "queue name or URL (this or --topic-arn is required)")
 	topic := fs.String("topic-arn", "", "publish to this SNS topic instead of sending to a queue")
 	repeat := fs.Int("repeat", 1, "send each line this many times (duplicates on purpose)")
 	rate := fs.Float64("rate", 0, "at most this many messages per second (0: no limit)")
 	keyField := fs.String("key-field", "id", "top-level JSON field whose value becomes the event_id attribute")
 	allowNoKey := fs.Bool("allow-no-key", false, "send lines without the key field (no event_id attribute) instead of refusing them")
-	maxBytes := fs.Int("max-bytes", defaultMaxBytes, "the largest message sent, body and attributes, in bytes (AWS accepts up to 1048576)")
+	maxBytes := fs.Int("max-bytes", 0, "the largest message sent, body and attributes, in bytes (0: the queue's or topic's MaximumMessageSize)")
 	groupID := fs.String("group-id", "", "FIFO MessageGroupId: a literal, key (the event key) or field:NAME")
 	dedupID := fs.String("dedup-id", "", "FIFO MessageDeduplicationId: a literal, key (the event key) or field:NAME")
 	words, err := parse(fs, args)
@@ -66,11 +70,8 @@ func runSend(ctx context.Context, e env, args []string) error {
 	case *topic != "" && !isTopicARN(*topic):
 		return fmt.Errorf("%w: --topic-arn %q is not an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)", errUsage, *topic)
 	}
-	if *maxBytes < 1 || *maxBytes > 1<<20 {
-		return fmt.Errorf("%w: --max-bytes %d: want 1 to 1048576 (1 MiB, the largest SQS accepts)", errUsage, *maxBytes)
-	}
-	if *topic != "" && *maxBytes > snsMaxBytes {
-		return fmt.Errorf("%w: --max-bytes %d: SNS accepts at most 262144 (256 KiB)", errUsage, *maxBytes)
+	if *maxBytes < 0 || *maxBytes > maxMessageBytes {
+		return fmt.Errorf("%w: --max-bytes %d: want 1 to 1048576 (1 MiB, the largest SQS and SNS accept), or 0 for the destination's own", errUsage, *maxBytes)
 	}
 	dest, kind := *queue, "queue"
 	if *topic != "" {
@@ -104,6 +105,48 @@ func runSend(ctx context.Context, e env, args []string) error {
 		defer f.Close()
 		in, name = f, words[0]
 	}
+	// The destination, and its limit, before any line is read: a line over it sends nothing.
+	var (
+		send   func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error
+		target string
+		url    string
+		verb   = "sent"
+		limit  int
+		whose  string // what sets limit, for the error of a line over it
+	)
+	if *topic != "" {
+		c, err := snsClient(ctx, fs.timeout)
+		if err != nil {
+			return err
+		}
+		limit = topicMaxBytes(ctx, c, *topic, e.stderr)
+		pub := &publisher{c: c, topicARN: *topic, stderr: e.stderr}
+		send, target, verb, whose = pub.publish, topicName(*topic), "published", "the topic's"
+	} else {
+		c, err := sqsClient(ctx, fs.timeout)
+		if err != nil {
+			return err
+		}
+		url, err = queueURL(ctx, c, *queue)
+		if err != nil {
+			return err
+		}
+		limit = queueMaxBytes(ctx, c, url, e.stderr)
+		send = func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error {
+			return sendBatch(ctx, c, url, batch)
+		}
+		target, whose = lastPart(url), "the queue's"
+	}
+	switch {
+	case *maxBytes > limit:
+		return fmt.Errorf("%w: --max-bytes %d is over %s MaximumMessageSize, %s: %s %s would refuse such a message; raise its MaximumMessageSize first",
+			errUsage, *maxBytes, whose, bytesText(limit), strings.TrimSuffix(whose, "'s"), target)
+	case *maxBytes > 0:
+		limit, whose = *maxBytes, "--max-bytes"
+	default:
+		whose += " MaximumMessageSize"
+	}
+	limitText := fmt.Sprintf("%s message limit (%s)", bytesText(limit), whose)
 	// Read and check every line first, so a bad line sends nothing.
 	var (
 		entries []types.SendMessageBatchRequestEntry
@@ -111,12 +154,12 @@ func runSend(ctx context.Context, e env, args []string) error {
 		lineOf  []int // each entry's line number
 		lines   int
 	)
-	err = readLines(in, *maxBytes, func(line int, b []byte, n int) error {
+	err = readLines(in, limit, func(line int, b []byte, n int) error {
 		if n == 0 {
 			return nil
 		}
 		if b == nil {
-			return fmt.Errorf("%s line %d: %d bytes, over the %s message limit (--max-bytes; AWS accepts up to 1 MiB)", name, line, n, bytesText(*maxBytes))
+			return fmt.Errorf("%s line %d: %d bytes, over the %s", name, line, n, limitText)
 		}
 		if !json.Valid(b) {
 			return fmt.Errorf("%s line %d: not valid JSON", name, line)
@@ -134,9 +177,8 @@ func runSend(ctx context.Context, e env, args []string) error {
 		case !*allowNoKey:
 			return fmt.Errorf("%s line %d: %w (use --allow-no-key to send it without an event_id)", name, line, err)
 		}
-		if size > *maxBytes {
-			return fmt.Errorf("%s line %d: %d bytes with its event_id attribute, over the %s message limit (--max-bytes; AWS accepts up to 1 MiB)",
-				name, line, size, bytesText(*maxBytes))
+		if size > limit {
+			return fmt.Errorf("%s line %d: %d bytes with its event_id attribute, over the %s", name, line, size, limitText)
 		}
 		if entry.MessageGroupId, err = group.of(b, key); err != nil {
 			return fmt.Errorf("%s line %d: %w", name, line, err)
@@ -158,33 +200,6 @@ func runSend(ctx context.Context, e env, args []string) error {
 	if dedup.literal() && lines > 1 {
 		return fmt.Errorf("%w: --dedup-id %q gives all %d lines one deduplication id, so SQS would drop all but the first; use --dedup-id key or field:NAME",
 			errUsage, *dedupID, lines)
-	}
-	var (
-		send   func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error
-		target string
-		url    string
-		verb   = "sent"
-	)
-	if *topic != "" {
-		c, err := snsClient(ctx, fs.timeout)
-		if err != nil {
-			return err
-		}
-		pub := &publisher{c: c, topicARN: *topic, stderr: e.stderr}
-		send, target, verb = pub.publish, topicName(*topic), "published"
-	} else {
-		c, err := sqsClient(ctx, fs.timeout)
-		if err != nil {
-			return err
-		}
-		url, err = queueURL(ctx, c, *queue)
-		if err != nil {
-			return err
-		}
-		send = func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error {
-			return sendBatch(ctx, c, url, batch)
-		}
-		target = lastPart(url)
 	}
 	tr, err := startTracing(ctx, e, *topic, url)
 	if err != nil {
@@ -216,13 +231,13 @@ func runSend(ctx context.Context, e env, args []string) error {
 			n = min(n, max(1, int(*rate)))
 		}
 		for i := sent + len(ready); i < sent+n; i++ {
-			ready = append(ready, tr.start(entries[i], sizes[i], lineOf[i], *maxBytes))
+			ready = append(ready, tr.start(entries[i], sizes[i], lineOf[i], limit))
 		}
 		batch, batchSizes := make([]types.SendMessageBatchRequestEntry, n), make([]int, n)
 		for i, m := range ready[:n] {
 			batch[i], batchSizes[i] = m.entry, m.size
 		}
-		n = fitBatch(batchSizes, *maxBytes)
+		n = fitBatch(batchSizes, limit)
 		err := send(ctx, batch[:n])
 		tr.end(ready[:n], err)
 		ready = ready[n:]
@@ -440,4 +455,42 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	case <-timer.C:
 		return nil
 	}
+}
+
+// queueMaxBytes reads the queue's MaximumMessageSize: the largest message it takes. A server
+// that does not say (or says 0, as GoAws can after SetQueueAttributes), or a call that fails (the
+// send then fails with its own error), gets SQS's default, with a line on stderr.
+func queueMaxBytes(ctx context.Context, c *sqs.Client, url string, stderr io.Writer) int {
+	what := "queue " + lastPart(url)
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize}})
+	if err != nil {
+		return maxBytesUnread(what, apiError(err), stderr)
+	}
+	return maxBytesOf(out.Attributes["MaximumMessageSize"], what, stderr)
+}
+
+// topicMaxBytes reads the topic's MaximumMessageSize, as queueMaxBytes does.
+func topicMaxBytes(ctx context.Context, c *sns.Client, arn string, stderr io.Writer) int {
+	what := "topic " + topicName(arn)
+	out, err := c.GetTopicAttributes(ctx, &sns.GetTopicAttributesInput{TopicArn: aws.String(arn)})
+	if err != nil {
+		return maxBytesUnread(what, apiError(err), stderr)
+	}
+	return maxBytesOf(out.Attributes["MaximumMessageSize"], what, stderr)
+}
+
+// maxBytesOf parses a MaximumMessageSize attribute of what; absent, 0 or out of range, it is
+// the default.
+func maxBytesOf(v, what string, stderr io.Writer) int {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxMessageBytes {
+		return maxBytesUnread(what, fmt.Sprintf("it gives %q", v), stderr)
+	}
+	return n
+}
+
+func maxBytesUnread(what, why string, stderr io.Writer) int {
+	fmt.Fprintf(stderr, "sqsinbox send: cannot read %s's MaximumMessageSize (%s); using %s\n", what, why, bytesText(defaultMaxBytes))
+	return defaultMaxBytes
 }

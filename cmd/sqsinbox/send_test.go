@@ -32,12 +32,14 @@ func TestSendRefusesALineOverTheLimit(t *testing.T) {
 		want     string
 	}{
 		{"over 256 KiB", `{"id":"evt_1"}` + "\n" + big + "\n",
-			nil, fmt.Sprintf("stdin line 2: %d bytes, over the 262144-byte (256 KiB) message limit (--max-bytes; AWS accepts up to 1 MiB)", len(big))},
+			nil, fmt.Sprintf("stdin line 2: %d bytes, over the 262144-byte (256 KiB) message limit (the queue's MaximumMessageSize)", len(big))},
 		{"over with CRLF endings", `{"id":"evt_1"}` + "\r\n" + big + "\r\n",
 			nil, fmt.Sprintf("stdin line 2: %d bytes, over", len(big))},
 		{"over with the attribute", fits, nil, "stdin line 1: 262152 bytes with its event_id attribute, over the 262144-byte (256 KiB) message limit"},
-		{"over a lower limit", `{"id":"evt_1","pad":"xxxxxxxxxxxxxxxx"}`, []string{"--max-bytes", "20"}, "stdin line 1: 39 bytes, over the 20-byte message limit"},
+		{"over a lower limit", `{"id":"evt_1","pad":"xxxxxxxxxxxxxxxx"}`, []string{"--max-bytes", "20"}, "stdin line 1: 39 bytes, over the 20-byte message limit (--max-bytes)"},
 		{"over 1 MiB", "{}", []string{"--max-bytes", "1048577"}, "--max-bytes 1048577: want 1 to 1048576"},
+		{"over the queue's limit", "{}", []string{"--max-bytes", "262145"},
+			"--max-bytes 262145 is over the queue's MaximumMessageSize, 262144-byte (256 KiB): the queue " + q.Name + " would refuse such a message"},
 	}
 	for _, tc := range cases {
 		r := cli(t, tc.in, append([]string{"send", "--queue", q.URL}, tc.args...)...)
@@ -211,4 +213,31 @@ func (p *proxy) bodies(target string) [][]byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.seen[target]
+}
+
+// TestSendLimitFollowsTheQueue (GoAws or fauxqs): the message limit is the queue's
+// MaximumMessageSize, read before anything is sent: a queue that takes at most 2 KiB refuses a
+// 3,000-byte line (nothing sent) and a --max-bytes above it, and takes a line under it.
+func TestSendLimitFollowsTheQueue(t *testing.T) {
+	t.Parallel()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-2k"})
+	// Both attributes: GoAws resets the other one to 0 when given one (TESTING.md).
+	if _, err := srv.Client().SetQueueAttributes(t.Context(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(q.URL),
+		Attributes: map[string]string{"MaximumMessageSize": "2048", "VisibilityTimeout": "30"}}); err != nil {
+		t.Fatal(err)
+	}
+	line := `{"id":"evt_1","pad":"` + strings.Repeat("x", 3000) + `"}`
+	r := cli(t, line, "send", "--queue", q.URL)
+	if want := "over the 2048-byte (2 KiB) message limit (the queue's MaximumMessageSize)"; r.code == 0 || !strings.Contains(lastLine(r.stderr), want) {
+		t.Errorf("a 3,000-byte line: exit %d, %q; want %q", r.code, lastLine(r.stderr), want)
+	}
+	r = cli(t, `{"id":"evt_2"}`, "send", "--queue", q.URL, "--max-bytes", "4096")
+	if want := "--max-bytes 4096 is over the queue's MaximumMessageSize, 2048-byte (2 KiB)"; r.code != 2 || !strings.Contains(lastLine(r.stderr), want) {
+		t.Errorf("--max-bytes over the queue's: exit %d, %q; want 2 and %q", r.code, lastLine(r.stderr), want)
+	}
+	if n := queueDepth(t, q.URL); n != "0" {
+		t.Fatalf("queue holds %s messages after refused sends, want 0", n)
+	}
+	cli(t, `{"id":"evt_3","pad":"`+strings.Repeat("x", 1500)+`"}`, "send", "--queue", q.URL).mustOK(t)
+	receiveAll(t, q.URL, 1)
 }
