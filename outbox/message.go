@@ -23,7 +23,8 @@ const (
 	// MaxDelay is the longest per-message delay SQS accepts.
 	MaxDelay = 15 * time.Minute
 	// MaxSNSMessageSize is the size limit of an SNS message (body and attributes), whatever
-	// Config.MaxMessageSize says.
+	// Config.MaxMessageSize says, unless Config.MaxMessageSizes gives the topic's own: the
+	// default of a topic's MaximumMessageSize attribute.
 	MaxSNSMessageSize = 256 * 1024
 	// MaxEventIDLen is the longest event id, in bytes: the inbox's limit on keys.
 	MaxEventIDLen = 512
@@ -283,7 +284,14 @@ func (m *Message) size() int {
 }
 
 // validate checks m against maxSize and fills in its event id and FIFO deduplication id.
-func (m *Message) validate(maxSize int) (Destination, error) {
+// sizeLimit is the size limit of a message's destination; set says Config.MaxMessageSizes gave
+// it for that destination (a topic's may then pass MaxSNSMessageSize).
+type sizeLimit struct {
+	n   int
+	set bool
+}
+
+func (m *Message) validate(maxSize sizeLimit) (Destination, error) {
 	d, err := ParseDestination(m.Destination)
 	if err != nil {
 		return d, err
@@ -308,8 +316,8 @@ func (m *Message) validate(maxSize int) (Destination, error) {
 			return d, err
 		}
 	}
-	limit := maxSize
-	if d.Kind == KindSNS {
+	limit := maxSize.n
+	if d.Kind == KindSNS && !maxSize.set {
 		limit = min(limit, MaxSNSMessageSize)
 	}
 	if n := m.size(); n > limit {

@@ -142,7 +142,8 @@ func TestAddAccepts(t *testing.T) {
 	}
 }
 
-// TestMaxMessageSize checks that the size limit follows Config, up to 1 MiB, for queues only.
+// TestMaxMessageSize (PostgreSQL) checks that the size limit follows Config, up to 1 MiB, for
+// queues only.
 func TestMaxMessageSize(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &outbox.Config{MaxMessageSize: outbox.MaxMessageSizeLimit})
@@ -164,6 +165,38 @@ func TestMaxMessageSize(t *testing.T) {
 	}
 	if _, err := outbox.New(b.pool, &outbox.Config{Schema: "Bad-Schema"}); err == nil || !strings.Contains(err.Error(), "Config.Schema") {
 		t.Fatalf("New with a bad schema = %v; want an error naming the field", err)
+	}
+}
+
+// TestMaxMessageSizes (PostgreSQL): a destination's own limit, from Config.MaxMessageSizes,
+// overrides MaxMessageSize: a topic raised to 1 MiB takes 512 KiB where the others keep 256 KiB,
+// a queue lowered to 2 KiB refuses 3 KiB naming the limit; bad entries are refused at New.
+func TestMaxMessageSizes(t *testing.T) {
+	t.Parallel()
+	bigTopic := topicARN + "-big"
+	small := queueURL + "-small"
+	b := setup(t, &outbox.Config{MaxMessageSizes: map[string]int{bigTopic: outbox.MaxMessageSizeLimit, small: 2048}})
+	ctx := t.Context()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	body := strings.Repeat("x", 512*1024)
+	if _, err := b.ob.Add(ctx, tx, outbox.Message{Destination: bigTopic, Body: body}); err != nil {
+		t.Errorf("512 KiB to a topic raised to 1 MiB: %v", err)
+	}
+	if _, err := b.ob.Add(ctx, tx, outbox.Message{Destination: topicARN, Body: body}); err == nil {
+		t.Error("512 KiB to a topic not listed: accepted; it keeps 256 KiB")
+	}
+	if _, err := b.ob.Add(ctx, tx, outbox.Message{Destination: small, Body: strings.Repeat("x", 3000)}); err == nil ||
+		!strings.Contains(err.Error(), "the limit for this destination is 2048") {
+		t.Errorf("3 KiB to a queue lowered to 2 KiB = %v; want the limit named", err)
+	}
+	for _, bad := range []map[string]int{{small: outbox.MaxMessageSizeLimit + 1}, {small: 0}, {"not-a-destination": 2048}} {
+		if _, err := outbox.New(b.pool, &outbox.Config{MaxMessageSizes: bad}); err == nil || !strings.Contains(err.Error(), "Config.MaxMessageSizes") {
+			t.Errorf("New with MaxMessageSizes %v = %v; want an error naming the field", bad, err)
+		}
 	}
 }
 

@@ -50,6 +50,14 @@ type Config struct {
 	// MaxMessageSizeLimit (1 MiB) or negative is an error.
 	MaxMessageSize int
 
+	// MaxMessageSizes gives the limit of destinations whose MaximumMessageSize is not
+	// MaxMessageSize's, by destination (a queue URL or topic ARN, as Message.Destination writes
+	// it): a queue raised to 1 MiB, or an SNS topic whose MaximumMessageSize attribute is raised
+	// above its 256 KiB default (up to 1 MiB; such a topic serves only SQS, Lambda and Firehose
+	// subscriptions, at most 100). Each must be from 1 to MaxMessageSizeLimit. A topic not listed
+	// keeps MaxSNSMessageSize.
+	MaxMessageSizes map[string]int
+
 	// Retention is how long a sent row is kept before [Outbox.Purge] deletes it. Unsent and
 	// parked rows are never purged. 0 means DefaultRetention (7 days); negative is an error.
 	Retention time.Duration
@@ -90,6 +98,14 @@ func (c *Config) validate() error {
 	}
 	if c.MaxMessageSize < 0 || c.MaxMessageSize > MaxMessageSizeLimit {
 		return fmt.Errorf("outbox: Config.MaxMessageSize is %d; it must be from 1 to %d (0 means %d)", c.MaxMessageSize, MaxMessageSizeLimit, DefaultMaxMessageSize)
+	}
+	for dest, n := range c.MaxMessageSizes {
+		if _, err := ParseDestination(dest); err != nil {
+			return fmt.Errorf("outbox: Config.MaxMessageSizes: %w", err)
+		}
+		if n < 1 || n > MaxMessageSizeLimit {
+			return fmt.Errorf("outbox: Config.MaxMessageSizes[%q] is %d; it must be from 1 to %d", dest, n, MaxMessageSizeLimit)
+		}
 	}
 	if c.Retention < 0 {
 		return fmt.Errorf("outbox: Config.Retention is %v; it must be positive (0 means %v)", c.Retention, DefaultRetention)
@@ -167,7 +183,7 @@ var ErrDuplicateEvent = errors.New("outbox: the event is already in the outbox f
 // message that SQS or SNS would refuse is refused here with a *[MessageError] that names the
 // field, before anything is written.
 func (ob *Outbox) Add(ctx context.Context, tx pgx.Tx, msg Message) (string, error) {
-	d, err := msg.validate(ob.cfg.MaxMessageSize)
+	d, err := msg.validate(ob.limit(msg.Destination))
 	if err != nil {
 		return "", err
 	}
@@ -209,10 +225,19 @@ func (ob *Outbox) withTraceContext(ctx context.Context, msg Message) Message {
 		}
 		out.Attributes[k] = StringAttribute(headers[k])
 	}
-	if _, err := out.validate(ob.cfg.MaxMessageSize); err != nil {
+	if _, err := out.validate(ob.limit(msg.Destination)); err != nil {
 		return msg // too large with them, or a header SQS would refuse: send it without
 	}
 	return out
+}
+
+// limit is the size limit of a message to dest: its entry in MaxMessageSizes, else
+// MaxMessageSize (for a topic, at most MaxSNSMessageSize).
+func (ob *Outbox) limit(dest string) sizeLimit {
+	if n, ok := ob.cfg.MaxMessageSizes[dest]; ok {
+		return sizeLimit{n: n, set: true}
+	}
+	return sizeLimit{n: ob.cfg.MaxMessageSize}
 }
 
 // Add is [Outbox.Add] with the default Config: the table of DefaultSchema, and messages up to
