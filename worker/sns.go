@@ -99,8 +99,8 @@ var ErrSNSEnvelope = errors.New("worker: malformed SNS envelope")
 var ErrSNSNotNotification = errors.New("worker: SNS envelope is not a Notification")
 
 // snsEnvelope is the JSON of an SNS notification delivered to SQS without raw message delivery.
-// The signature fields are not read: see the README's SNS section for why the worker does not
-// verify them.
+// The signature fields are not read: docs/sns-fanout.md ("No signature check") says why the
+// worker does not verify them.
 type snsEnvelope struct {
 	Type              *string                     `json:"Type"`
 	MessageID         string                      `json:"MessageId"`

@@ -332,7 +332,7 @@ func runVisibilityExpires(ctx context.Context, e *Env, s Size) (*Report, error) 
 	a.Concurrency, a.MaxConns, a.SlowDelay = n, int32(n+2), vis+2*time.Second
 	// One message per transaction: the scenario is about one slow handler whose visibility runs
 	// out; a batch of such handlers would hold its claims for the sum of their times, longer than
-	// the second consumer's claim waits (the README says to batch slow handlers by 1).
+	// the second consumer's claim waits (docs/how-it-works.md says to batch slow handlers by 1).
 	a.HandlerBatch = 1
 	// No prefetch: with free slots, this worker would receive its own expired messages again and
 	// hold them, and the second consumer would get none.

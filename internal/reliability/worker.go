@@ -236,7 +236,7 @@ type Body struct {
 // batch of ten almost surely shared a row with every other batch in flight: batches, which hold
 // their row locks until their one COMMIT, then ran one after another and deadlocked on the
 // buckets (poison-bad-utf8-fake took 67 s batched against 13 s unbatched). That is the behaviour
-// of hot rows under batching, which the README states; the suite is about exactly-once, so its
+// of hot rows under batching, which docs/how-it-works.md ("Handlers that batching slows") states; the suite is about exactly-once, so its
 // counter is spread over enough rows that concurrent batches seldom meet.
 //
 // With WorkerConfig.Misbehave, an event whose class ([MisbehaviourOf]) fails misbehaves right
