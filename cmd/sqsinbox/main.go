@@ -7,6 +7,7 @@
 //	sqsinbox stats                    rows per handler; the outbox's backlog and parked messages;
 //	                                  a queue's depth and its DLQ's, and the age of their oldest
 //	                                  messages (from CloudWatch)
+//	sqsinbox events show|list         which handlers processed an event and when; a handler's events, paged
 //	sqsinbox outbox                   list the outbox's parked messages, or re-queue them
 //	sqsinbox send                     send JSON lines to a queue, or publish them to an SNS
 //	                                  topic, with an event_id attribute
@@ -61,6 +62,7 @@ var commands = []command{
 	{"migrate", "apply, revert or list the inbox's and the outbox's schema migrations", runMigrate},
 	{"purge", "delete inbox rows past the queues' redelivery horizon, expired HTTP idempotency keys and old sent outbox rows, once", runPurge},
 	{"stats", "show inbox rows per handler, the outbox's backlog and parked messages, and a queue's depth, its DLQ's and their oldest ages", runStats},
+	{"events", "show which handlers processed an event, and when (show KEY), or list a handler's events (list --handler H)", runEvents},
 	{"outbox", "list the outbox's parked messages (list-parked), or re-queue them (retry)", runOutbox},
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},

@@ -61,21 +61,14 @@ func runStats(ctx context.Context, e env, args []string) error {
 }
 
 func inboxStats(ctx context.Context, e env, db *dbFlags, timeout time.Duration, parked int) error {
-	pool, err := db.connect(ctx, timeout)
+	ib, closeDB, err := db.openInbox(ctx, timeout)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	ib, err := inbox.New(pool, &inbox.Config{Schema: db.schema})
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
+	defer closeDB()
 	st, err := ib.Stats(ctx)
-	if errors.Is(err, inbox.ErrNotMigrated) {
-		return fmt.Errorf("%s.processed_messages does not exist (is the schema migrated?): run `sqsinbox migrate up`", db.schema)
-	}
 	if err != nil {
-		return err
+		return db.inboxError(err)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "HANDLER\tROWS\tOLDEST SEEN\tNEWEST SEEN\n")
@@ -90,7 +83,7 @@ func inboxStats(ctx context.Context, e env, db *dbFlags, timeout time.Duration, 
 	}
 	fmt.Fprintf(e.stdout, "purge horizon at the default retention (%s): rows seen before %s\n",
 		durationText(inbox.DefaultRetention), st.PurgeHorizon.UTC().Format(time.RFC3339))
-	return outboxStats(ctx, e, pool, db.schema, parked)
+	return outboxStats(ctx, e, ib.Pool(), db.schema, parked)
 }
 
 // queueStats prints the queue's counts and its DLQ's and, when withAge is set, the age of each
@@ -226,4 +219,26 @@ func secondsText(s string) string {
 		return s
 	}
 	return durationText(d)
+}
+
+// openInbox connects to the database and opens the inbox in --schema; close ends the pool.
+func (db *dbFlags) openInbox(ctx context.Context, timeout time.Duration) (ib *inbox.Inbox, closeDB func(), err error) {
+	pool, err := db.connect(ctx, timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	ib, err = inbox.New(pool, &inbox.Config{Schema: db.schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return ib, pool.Close, nil
+}
+
+// inboxError says how to fix an inbox's missing table.
+func (db *dbFlags) inboxError(err error) error {
+	if errors.Is(err, inbox.ErrNotMigrated) {
+		return fmt.Errorf("%s.processed_messages does not exist (is the schema migrated?): run `sqsinbox migrate up`", db.schema)
+	}
+	return err
 }

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+)
+
+func runEvents(ctx context.Context, e env, args []string) error {
+	var db dbFlags
+	fs := newFlags(e, "events", "events show KEY | events list --handler H [flags]",
+		"  sqsinbox events show evt_9f3k                       # which handlers applied it, and when\n"+
+			"  sqsinbox events list --handler warehouse --since 2026-12-01T00:00:00Z --limit 50\n"+
+			"  sqsinbox events list --handler warehouse --after CURSOR --json   # the next page, for scripts\n\n"+
+			"show prints every handler whose effect of the event committed, with the time of its claim,\n"+
+			"or says no handler processed it (or its rows were purged, past the inbox's retention).\n"+
+			"list pages through one handler's events, the oldest first; the last line gives the cursor\n"+
+			"of the next page. --json prints one JSON object (events, next).")
+	db.register(fs)
+	handler := fs.String("handler", "", "for list (required): the handler whose events to list; for show: only this handler")
+	since := fs.String("since", "", "for list: events seen at or after this time (RFC 3339, or an age such as 2h or 7d)")
+	until := fs.String("until", "", "for list: events seen before this time (RFC 3339, or an age)")
+	limit := fs.Int("limit", 100, "for list: the most events per page (1 to 10000)")
+	after := fs.String("after", "", "for list: the cursor a previous page ended with")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	words, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(words) == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: want show KEY or list --handler H", errUsage)
+	}
+	if err := sqlident.Validate("--schema", db.schema); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	var run func(ib *inbox.Inbox) error
+	switch words[0] {
+	case "show":
+		if len(words) != 2 {
+			return fmt.Errorf("%w: show takes one event key", errUsage)
+		}
+		key := words[1]
+		if err := inbox.ValidateKey(key); err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		run = func(ib *inbox.Inbox) error { return showEvent(ctx, e, ib, key, *handler, *asJSON) }
+	case "list":
+		if len(words) != 1 {
+			return fmt.Errorf("%w: list takes no argument, got %q", errUsage, words[1])
+		}
+		if *handler == "" {
+			return fmt.Errorf("%w: list needs --handler", errUsage)
+		}
+		o := inbox.ListOptions{Handler: *handler, Limit: *limit, After: *after}
+		if o.Since, err = timeFlag("--since", *since); err != nil {
+			return err
+		}
+		if o.Until, err = timeFlag("--until", *until); err != nil {
+			return err
+		}
+		if *limit < 1 || *limit > 10000 {
+			return fmt.Errorf("%w: --limit %d: want 1 to 10000", errUsage, *limit)
+		}
+		run = func(ib *inbox.Inbox) error { return listEvents(ctx, e, ib, o, *asJSON) }
+	default:
+		return fmt.Errorf("%w: unknown action %q: want show or list", errUsage, words[0])
+	}
+	ib, closeDB, err := db.openInbox(ctx, fs.timeout)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	return db.inboxError(run(ib))
+}
+
+// timeFlag reads a time given as RFC 3339 or as an age before now ("2h", "7d").
+func timeFlag(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	if d, err := parseAge(v); err == nil && d >= 0 {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: %s %q: want an RFC 3339 time (2026-12-01T00:00:00Z) or an age (90m, 2h, 7d)", errUsage, name, v)
+}
+
+func showEvent(ctx context.Context, e env, ib *inbox.Inbox, key, handler string, asJSON bool) error {
+	found, err := ib.Lookup(ctx, key)
+	if err != nil {
+		return err
+	}
+	if handler != "" {
+		var only []inbox.ProcessedEvent
+		for _, p := range found {
+			if p.Handler == handler {
+				only = append(only, p)
+			}
+		}
+		found = only
+	}
+	if asJSON {
+		if found == nil {
+			found = []inbox.ProcessedEvent{}
+		}
+		return json.NewEncoder(e.stdout).Encode(map[string]any{"event_id": key, "processed_by": found})
+	}
+	if len(found) == 0 {
+		who := "any handler"
+		if handler != "" {
+			who = "handler " + handler
+		}
+		fmt.Fprintf(e.stdout, "event %s: not processed by %s (or its rows were purged, past the inbox's retention)\n", key, who)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "HANDLER\tEVENT\tSEEN AT\n")
+	for _, p := range found {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Handler, p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano))
+	}
+	return tw.Flush()
+}
+
+func listEvents(ctx context.Context, e env, ib *inbox.Inbox, o inbox.ListOptions, asJSON bool) error {
+	page, next, err := ib.List(ctx, o)
+	if errors.Is(err, inbox.ErrBadCursor) {
+		return fmt.Errorf("%w: --after: %w", errUsage, err)
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if page == nil {
+			page = []inbox.ProcessedEvent{}
+		}
+		return json.NewEncoder(e.stdout).Encode(map[string]any{"events": page, "next": next})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "EVENT\tSEEN AT\n")
+	for _, p := range page {
+		fmt.Fprintf(tw, "%s\t%s\n", p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case next != "":
+		fmt.Fprintf(e.stdout, "%d events; next page: --after %s\n", len(page), next)
+	default:
+		fmt.Fprintf(e.stdout, "%d events; the last page\n", len(page))
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+package inbox
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+)
+
+// ProcessedEvent is one row of the inbox: handler Handler applied event EventID, and its transaction
+// committed at about SeenAt (the database's clock when the claim was made).
+type ProcessedEvent struct {
+	Handler string    `json:"handler"`
+	EventID string    `json:"event_id"`
+	SeenAt  time.Time `json:"seen_at"`
+}
+
+// Lookup returns every handler that has processed the event with key key, by handler name; none
+// (and no error) when no handler has, or when the rows are older than the retention and were
+// purged. It reads the primary key once per handler name in the table (found by a skip scan of
+// the key's index, not a scan of the table), so it stays cheap however many rows there are.
+func (ib *Inbox) Lookup(ctx context.Context, key string) ([]ProcessedEvent, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	t := sqlident.Quote(ib.cfg.Schema, "processed_messages")
+	// The handler names, each found by one index probe past the last (a loose index scan), and
+	// the event's row under each.
+	q := `WITH RECURSIVE h(name) AS (
+  (SELECT handler FROM ` + t + ` ORDER BY handler LIMIT 1)
+  UNION ALL
+  SELECT (SELECT handler FROM ` + t + ` WHERE handler > h.name ORDER BY handler LIMIT 1) FROM h WHERE h.name IS NOT NULL
+)
+SELECT p.handler, p.event_id, p.seen_at FROM h JOIN ` + t + ` p ON p.handler = h.name AND p.event_id = $1 ORDER BY p.handler`
+	rows, err := ib.pool.Query(ctx, q, key)
+	if err != nil {
+		return nil, lookupError(ib.cfg.Schema, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ProcessedEvent])
+	if err != nil {
+		return nil, lookupError(ib.cfg.Schema, err)
+	}
+	return out, nil
+}
+
+// ListOptions selects the rows [Inbox.List] returns.
+type ListOptions struct {
+	// Handler is the handler whose rows to list. Required.
+	Handler string
+	// Since and Until bound SeenAt: Since <= SeenAt < Until. Zero means unbounded.
+	Since, Until time.Time
+	// Limit is the most rows returned. 0 means 100; at most 10,000.
+	Limit int
+	// After is the cursor a previous List returned, to read the next page; "" starts at the
+	// oldest row.
+	After string
+}
+
+// List returns one page of handler's rows, the oldest first (by SeenAt, then EventID), and the
+// cursor of the next page ("" after the last). Rows committed while an operator pages through
+// may appear on a later page or not at all.
+func (ib *Inbox) List(ctx context.Context, o ListOptions) ([]ProcessedEvent, string, error) {
+	if err := ValidateHandler(o.Handler); err != nil {
+		return nil, "", err
+	}
+	limit := o.Limit
+	switch {
+	case limit == 0:
+		limit = 100
+	case limit < 0 || limit > 10000:
+		return nil, "", fmt.Errorf("inbox: list: ListOptions.Limit is %d; want 1 to 10000 (0 means 100)", limit)
+	}
+	var (
+		afterAt *time.Time
+		afterID string
+	)
+	if o.After != "" {
+		c, err := decodeCursor(o.After)
+		if err != nil {
+			return nil, "", err
+		}
+		afterAt, afterID = &c.At, c.ID
+	}
+	since, until := nullTime(o.Since), nullTime(o.Until)
+	q := `SELECT handler, event_id, seen_at FROM ` + sqlident.Quote(ib.cfg.Schema, "processed_messages") + `
+WHERE handler = $1 AND ($2::timestamptz IS NULL OR seen_at >= $2) AND ($3::timestamptz IS NULL OR seen_at < $3)
+  AND ($4::timestamptz IS NULL OR (seen_at, event_id) > ($4, $5))
+ORDER BY seen_at, event_id LIMIT $6`
+	rows, err := ib.pool.Query(ctx, q, o.Handler, since, until, afterAt, afterID, limit+1)
+	if err != nil {
+		return nil, "", lookupError(ib.cfg.Schema, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ProcessedEvent])
+	if err != nil {
+		return nil, "", lookupError(ib.cfg.Schema, err)
+	}
+	if len(out) <= limit {
+		return out, "", nil
+	}
+	out = out[:limit]
+	last := out[limit-1]
+	return out, encodeCursor(cursor{At: last.SeenAt, ID: last.EventID}), nil
+}
+
+// cursor is where a page of List ended.
+type cursor struct {
+	At time.Time `json:"t"`
+	ID string    `json:"e"`
+}
+
+// ErrBadCursor is returned by List for an After it did not make.
+var ErrBadCursor = errors.New("inbox: list: the cursor is not one List returned")
+
+func encodeCursor(c cursor) string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (cursor, error) {
+	var c cursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &c) != nil || c.At.IsZero() {
+		return c, fmt.Errorf("%w: %q", ErrBadCursor, s)
+	}
+	return c, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func lookupError(schema string, err error) error {
+	if errors.Is(statsError(schema, err), ErrNotMigrated) {
+		return statsError(schema, err)
+	}
+	return fmt.Errorf("inbox: lookup: %w", err)
+}
