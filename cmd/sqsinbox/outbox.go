@@ -21,8 +21,9 @@ import (
 
 func runOutbox(ctx context.Context, e env, args []string) error {
 	var db dbFlags
-	fs := newFlags(e, "outbox", "outbox list-parked|retry [--all | ID...] [flags]",
+	fs := newFlags(e, "outbox", "outbox list-parked|retry [--all | ID...]|show EVENT_ID [flags]",
 		"  sqsinbox outbox list-parked                 # the parked messages, newest first, with their last error\n"+
+			"  sqsinbox outbox show evt_9f3k               # the event's rows: where to, added and published when, attempts\n"+
 			"  sqsinbox outbox retry 41 42 --schema app    # re-queue two parked messages\n"+
 			"  sqsinbox outbox retry --all                 # re-queue every parked message\n\n"+
 			"The relay parks a message after RelayConfig.MaxAttempts failed publishes; it stays in\n"+
@@ -37,13 +38,17 @@ func runOutbox(ctx context.Context, e env, args []string) error {
 	}
 	if len(words) == 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: want list-parked or retry", errUsage)
+		return fmt.Errorf("%w: want list-parked, retry or show", errUsage)
 	}
 	action, rest := words[0], words[1:]
 	limitSet := false
 	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || f.Name == "limit" })
 	var ids []int64
 	switch action {
+	case "show":
+		if len(rest) != 1 || *all || limitSet {
+			return fmt.Errorf("%w: show takes one event id and no --all or --limit", errUsage)
+		}
 	case "list-parked":
 		switch {
 		case len(rest) > 0:
@@ -73,7 +78,7 @@ func runOutbox(ctx context.Context, e env, args []string) error {
 			return fmt.Errorf("%w: retry needs the ids of the messages to re-queue, or --all for every parked one", errUsage)
 		}
 	default:
-		return fmt.Errorf("%w: unknown action %q: want list-parked or retry", errUsage, action)
+		return fmt.Errorf("%w: unknown action %q: want list-parked, retry or show", errUsage, action)
 	}
 	pool, err := db.connect(ctx, fs.timeout)
 	if err != nil {
@@ -83,6 +88,9 @@ func runOutbox(ctx context.Context, e env, args []string) error {
 	ob, err := openOutbox(ctx, pool, db.schema)
 	if err != nil {
 		return err
+	}
+	if action == "show" {
+		return showOutboxEvent(ctx, e, pool, db.schema, rest[0])
 	}
 	if action == "list-parked" {
 		st, err := ob.Stats(ctx)
@@ -186,6 +194,59 @@ func listParked(ctx context.Context, pool *pgxpool.Pool, schema string, limit in
 		return nil, fmt.Errorf("%s.outbox_messages: %w", schema, err)
 	}
 	return out, nil
+}
+
+// showOutboxEvent prints the outbox's rows of an event, one per destination: when it was added,
+// published or parked, its attempts and last error. It probes the (destination, event_id) index
+// once per destination, not the table.
+func showOutboxEvent(ctx context.Context, e env, pool *pgxpool.Pool, schema, eventID string) error {
+	t := sqlident.Quote(schema, "outbox_messages")
+	rows, err := pool.Query(ctx, `WITH RECURSIVE d(name) AS (
+  (SELECT destination FROM `+t+` ORDER BY destination LIMIT 1)
+  UNION ALL
+  SELECT (SELECT destination FROM `+t+` WHERE destination > d.name ORDER BY destination LIMIT 1) FROM d WHERE d.name IS NOT NULL
+)
+SELECT m.id, m.destination, m.created_at, m.sent_at, m.parked_at, m.attempts, coalesce(m.last_error, '')
+FROM d JOIN `+t+` m ON m.destination = d.name AND m.event_id = $1 ORDER BY m.id`, eventID)
+	if err != nil {
+		return fmt.Errorf("%s.outbox_messages: %w", schema, err)
+	}
+	defer rows.Close()
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID	DESTINATION	ADDED	STATE	ATTEMPTS	LAST ERROR")
+	n := 0
+	for rows.Next() {
+		var (
+			id            int64
+			dest, lastErr string
+			added         time.Time
+			sent, parked  *time.Time
+			attempts      int
+		)
+		if err := rows.Scan(&id, &dest, &added, &sent, &parked, &attempts, &lastErr); err != nil {
+			return err
+		}
+		state := "unsent"
+		switch {
+		case sent != nil:
+			state = "published " + sent.UTC().Format(time.RFC3339)
+		case parked != nil:
+			state = "parked " + parked.UTC().Format(time.RFC3339)
+		}
+		if lastErr != "" {
+			lastErr = errorText(lastErr)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", id, dest, added.UTC().Format(time.RFC3339), state, attempts, lastErr)
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s.outbox_messages: %w", schema, err)
+	}
+	if n == 0 {
+		fmt.Fprintf(e.stdout, "event %s: not in %s.outbox_messages (never added, or sent and purged)\n", eventID, schema)
+		return nil
+	}
+	return tw.Flush()
 }
 
 // maxErrorText is how much of a parked message's last error a listing shows.

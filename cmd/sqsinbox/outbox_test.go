@@ -305,3 +305,36 @@ func TestPurgeCoversTheOutbox(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestOutboxShow (PostgreSQL): show gives an event's row per destination, with its state
+// (published, parked or unsent), attempts and last error, or says the event is not there.
+func TestOutboxShow(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_obshow")
+	schema := dbArgs[len(dbArgs)-1]
+	seedOutbox(t, pool, schema)
+	// The same event to a second destination, unsent.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO `+schema+`.outbox_messages (event_id, kind, destination, fifo, body)
+		VALUES ('s1', 'sns', 'arn:aws:sns:eu-west-1:123456789012:orders', false, '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	ob := func(args ...string) result {
+		return cli(t, "", append(append([]string{"outbox"}, args...), dbArgs...)...)
+	}
+	r := ob("show", "s1").mustOK(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "/orders") || !strings.Contains(lines[1], "published ") ||
+		!strings.Contains(lines[2], "arn:aws:sns:eu-west-1:123456789012:orders") || !strings.Contains(lines[2], "unsent") {
+		t.Errorf("show s1 (two destinations, in the order added):\n%s", r.stdout)
+	}
+	r = ob("show", "p1").mustOK(t)
+	if !strings.Contains(r.stdout, "parked ") || !strings.Contains(r.stdout, "AccessDenied: not authorized on this queue") || !strings.Contains(r.stdout, " 8 ") {
+		t.Errorf("show p1 (parked):\n%s", r.stdout)
+	}
+	r = ob("show", "nope").mustOK(t)
+	if !strings.Contains(r.stdout, "event nope: not in "+schema+".outbox_messages") {
+		t.Errorf("show of an event not there:\n%s", r.stdout)
+	}
+	ob("show").mustFail(t, 2, "show takes one event id")
+	ob("show", "s1", "--all").mustFail(t, 2, "show takes one event id")
+}
