@@ -188,17 +188,11 @@ func (r *Router) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 // CheckQueue implements [worker.QueueChecker] with the inbox's start-up checks
 // ([Handler.CheckQueue]); it refuses to start a router with no routes.
 func (r *Router) CheckQueue(ctx context.Context, q *worker.Queue) error {
-	r.mu.RLock()
-	var any *Handler
-	for _, h := range r.routes {
-		any = h
-		break
-	}
-	r.mu.RUnlock()
-	if any == nil {
+	if len(r.Types()) == 0 {
 		return fmt.Errorf("inboxhandler: router for queue %s has no routes", q.Name)
 	}
-	return any.CheckQueue(ctx, q)
+	// Every route shares the router's inbox, so one check covers them all.
+	return (&Handler{ib: r.ib}).CheckQueue(ctx, q)
 }
 
 // MaxConcurrency implements [worker.ConcurrencyLimiter] as [Handler.MaxConcurrency] does.
