@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestEventsShowAndList (PostgreSQL): show names every handler that processed a key and when, or
@@ -13,16 +11,10 @@ import (
 // scripts the rows and the next cursor; bad input is refused with a usage error.
 func TestEventsShowAndList(t *testing.T) {
 	t.Parallel()
-	schema := "cli_ev_" + randSuffix()
-	dbArgs := []string{"--database-url", db.URL, "--schema", schema}
-	cli(t, "", append(append([]string{"migrate"}, dbArgs...), "up")...).mustOK(t)
-	pool, err := pgxpool.New(t.Context(), db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool, dbArgs := migratedSchema(t, "cli_ev")
+	schema := dbArgs[len(dbArgs)-1]
 	// 30 events for warehouse, one a day back from now; evt_9f3k for loyalty too.
-	_, err = pool.Exec(t.Context(), `INSERT INTO `+schema+`.processed_messages (handler, event_id, seen_at)
+	_, err := pool.Exec(t.Context(), `INSERT INTO `+schema+`.processed_messages (handler, event_id, seen_at)
 		SELECT 'warehouse', 'e' || lpad(g::text, 2, '0'), now() - make_interval(days => g) FROM generate_series(1, 30) g
 		UNION ALL SELECT h, 'evt_9f3k', now() FROM unnest(ARRAY['warehouse', 'loyalty']) h`)
 	if err != nil {

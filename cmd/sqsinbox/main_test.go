@@ -292,3 +292,47 @@ func TestRedriveKeepsTheEventKey(t *testing.T) {
 }
 
 func randSuffix() string { return fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff) }
+
+// TestRedriveKnowsTheInbox (the SQS server and PostgreSQL): redrive --handler sorts a DLQ
+// against the handler's inbox rows. A dry run counts and samples each class and changes nothing;
+// the run moves the never-applied message back, deletes the applied one and leaves the keyless
+// one in the DLQ, saying why.
+func TestRedriveKnowsTheInbox(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_rd")
+	schema := dbArgs[len(dbArgs)-1]
+	// evt_done was applied by warehouse; evt_other only by loyalty, so warehouse never applied it.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO `+schema+`.processed_messages (handler, event_id)
+		VALUES ('warehouse', 'evt_done'), ('loyalty', 'evt_other')`); err != nil {
+		t.Fatal(err)
+	}
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-rdinbox", MaxReceiveCount: 3})
+	dlq := lastPart(q.DLQURL)
+	cli(t, `{"id":"evt_done"}`+"\n"+`{"id":"evt_other"}`+"\n"+`{"no_id":1}`, "send", "--queue", dlq, "--allow-no-key").mustOK(t)
+	redrive := func(extra ...string) result {
+		return cli(t, "", append(append([]string{"redrive", "--from", dlq, "--to", q.Name, "--handler", "warehouse"}, extra...), dbArgs...)...)
+	}
+	r := redrive("--dry-run").mustOK(t)
+	for _, want := range []string{"dry run: nothing changed", "never applied: 1 (would be moved to " + q.Name + ") [evt_other]",
+		"already applied: 1 (would be deleted from the DLQ) [evt_done]", "left in the DLQ: 1", `1: no valid key: inbox: invalid event key from message attribute "event_id"`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 3, 30*time.Second) // all still there, visible again
+	if n, err := sqstest.Count(t.Context(), srv.Client(), q.URL); err != nil || n != 0 {
+		t.Fatalf("the queue holds %d after a dry run (%v); want 0", n, err)
+	}
+
+	r = redrive().mustOK(t)
+	if !strings.Contains(r.stdout, "never applied: 1 (were moved to") || !strings.Contains(r.stdout, "moved 1 message from "+dlq) {
+		t.Errorf("redrive --handler:\n%s", r.stdout)
+	}
+	ms := receiveAll(t, q.URL, 1)
+	if key := aws.ToString(ms[0].MessageAttributes["event_id"].StringValue); key != "evt_other" {
+		t.Errorf("moved back %q; want evt_other", key)
+	}
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 1, 30*time.Second) // the keyless one
+	redrive("--dry-run", "--mode", "move-task").mustFail(t, 2, "needs --mode copy")
+	cli(t, "", "redrive", "--from", dlq, "--to", q.Name, "--dry-run").mustFail(t, 2, "--dry-run and --keep-applied need --handler")
+}

@@ -4,18 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
 func runRedrive(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [flags]",
+	var db dbFlags
+	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H [--dry-run]] [flags]",
 		"  sqsinbox redrive --from warehouse-dlq --to warehouse\n"+
-			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n\n"+
+			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n"+
+			"  sqsinbox redrive --from warehouse-dlq --to warehouse --handler warehouse --dry-run\n\n"+
+			"With --handler, each message is first classified against the inbox (its key as the worker\n"+
+			"takes it: the event_id attribute, else the body's \"id\", inside an SNS envelope too):\n"+
+			"already applied by the handler (its effect committed; only its delete or a later copy\n"+
+			"failed) is deleted from the DLQ (--keep-applied leaves it); never applied is moved back;\n"+
+			"without a valid key it is left in the DLQ and reported. --dry-run only counts and shows\n"+
+			"a sample of each class. A move is a copy first, then the delete: an interruption between\n"+
+			"them leaves a duplicate, which the inbox absorbs; running it again resumes.\n\n"+
 			"The move task (StartMessageMoveTask) is used where the server supports it, else each message\n"+
 			"is received from the DLQ, sent to the queue with its body and attributes, then deleted.\n"+
 			"The event key (the event_id attribute or the body) survives; the SQS MessageId does not.\n"+
@@ -28,6 +46,11 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 	to := fs.String("to", "", "the queue to move messages to, by name or URL (required in copy mode; the move task defaults to each message's source)")
 	mode := fs.String("mode", "auto", "auto (move task, else copy), move-task, or copy")
 	maxN := fs.Int("max", 0, "copy mode: move at most this many messages (0: until the DLQ is empty)")
+	handler := fs.String("handler", "", "classify each message against this handler's inbox rows first (copy mode; needs the database)")
+	dryRun := fs.Bool("dry-run", false, "with --handler: count and sample each class, change nothing")
+	keepApplied := fs.Bool("keep-applied", false, "with --handler: leave messages already applied in the DLQ instead of deleting them")
+	rate := fs.Float64("rate", 0, "copy mode: at most this many messages a second (0: no limit)")
+	db.register(fs)
 	words, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -40,6 +63,33 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 	}
 	if *mode != "auto" && *mode != "move-task" && *mode != "copy" {
 		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, *mode)
+	}
+	switch {
+	case *handler == "" && (*dryRun || *keepApplied):
+		return fmt.Errorf("%w: --dry-run and --keep-applied need --handler", errUsage)
+	case *handler != "" && *mode == "move-task":
+		return fmt.Errorf("%w: --handler classifies message by message: it needs --mode copy (or auto)", errUsage)
+	case *rate < 0:
+		return fmt.Errorf("%w: --rate must not be negative", errUsage)
+	}
+	var cl *classifier
+	if *handler != "" {
+		*mode = "copy"
+		if err := inbox.ValidateHandler(*handler); err != nil {
+			return fmt.Errorf("%w: --handler: %w", errUsage, err)
+		}
+		if err := sqlident.Validate("--schema", db.schema); err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		ib, closeDB, err := db.openInbox(ctx, fs.timeout)
+		if err != nil {
+			return err
+		}
+		defer closeDB()
+		if _, err := ib.Lookup(ctx, "sqsinbox-redrive-probe"); err != nil { // an unmigrated schema, named at once
+			return db.inboxError(err)
+		}
+		cl = &classifier{ib: ib, handler: *handler, dryRun: *dryRun, keepApplied: *keepApplied}
 	}
 	if *mode == "copy" && *to == "" {
 		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
@@ -74,7 +124,7 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "the SQS server has no message move tasks (StartMessageMoveTask); copying message by message\n")
 	}
-	return copyMessages(ctx, e, c, fromURL, toURL, *maxN)
+	return copyMessages(ctx, e, c, fromURL, toURL, *maxN, *rate, cl)
 }
 
 // unsupported tells "this server does not have the API" from a real failure.
@@ -145,10 +195,19 @@ func moveTask(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string) 
 // the DLQ. An interrupt lets the batch in hand finish, so no message is sent without its delete
 // being attempted. If a delete fails after the send, the message is in both queues; the next
 // redrive sends it again and the inbox treats the second copy as a duplicate.
-func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string, maxN int) error {
+func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string, maxN int, rate float64, cl *classifier) error {
 	p := newProgress(e.stderr)
 	defer p.done()
 	moved, empty := 0, 0
+	var left []string // receipt handles of the messages left in the DLQ, made visible again at the end
+	defer func() {
+		for _, h := range left {
+			_, _ = c.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
+				QueueUrl: aws.String(fromURL), ReceiptHandle: aws.String(h), VisibilityTimeout: 0})
+		}
+	}()
+	pace := newPacer(rate)
+	seen := map[string]bool{} // the messages this run has handled, by MessageId
 	fifo := len(toURL) > 5 && toURL[len(toURL)-5:] == ".fifo"
 	for empty < 2 && (maxN == 0 || moved < maxN) {
 		if ctx.Err() != nil {
@@ -175,7 +234,8 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 			}
 			return fmt.Errorf("receive from %s: %s", lastPart(fromURL), apiError(err))
 		}
-		if len(out.Messages) == 0 {
+		if len(out.Messages) == 0 || allSeen(seen, out.Messages) {
+			// Empty, or only messages this run left in the DLQ, visible again after a long run.
 			empty++
 			continue
 		}
@@ -183,6 +243,37 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		// The batch in hand is finished even if an interrupt arrives now.
 		bctx := context.WithoutCancel(ctx)
 		for _, m := range out.Messages {
+			if seen[aws.ToString(m.MessageId)] {
+				left = append(left, aws.ToString(m.ReceiptHandle)) // left once already, and counted
+				continue
+			}
+			seen[aws.ToString(m.MessageId)] = true
+			if err := pace.wait(ctx); err != nil {
+				left = append(left, aws.ToString(m.ReceiptHandle))
+				continue
+			}
+			if cl != nil {
+				switch cl.classify(bctx, m) {
+				case classLeave:
+					left = append(left, aws.ToString(m.ReceiptHandle))
+					continue
+				case classApplied:
+					if cl.dryRun || cl.keepApplied {
+						left = append(left, aws.ToString(m.ReceiptHandle))
+						continue
+					}
+					if _, err := c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+						return fmt.Errorf("delete an applied message from %s: %s", lastPart(fromURL), apiError(err))
+					}
+					p.update("%s", cl.progress())
+					continue
+				case classMove:
+					if cl.dryRun {
+						left = append(left, aws.ToString(m.ReceiptHandle))
+						continue
+					}
+				}
+			}
 			in := &sqs.SendMessageInput{
 				QueueUrl:          aws.String(toURL),
 				MessageBody:       m.Body,
@@ -201,11 +292,141 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 				return fmt.Errorf("delete from %s after sending: %s (the message is now in both queues; the inbox deduplicates it)", lastPart(fromURL), apiError(err))
 			}
 			moved++
-			p.update("moved %d messages", moved)
+			if cl != nil {
+				p.update("%s", cl.progress())
+			} else {
+				p.update("moved %d messages", moved)
+			}
 		}
 	}
 	p.done()
+	if cl != nil {
+		cl.report(e.stdout, fromURL, toURL)
+		if cl.dryRun {
+			return nil
+		}
+	}
 	fmt.Fprintf(e.stdout, "moved %s from %s to %s as copies: their retention period starts again now\n",
 		plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
 	return nil
+}
+
+// class is what redrive --handler does with a dead-lettered message.
+type class int
+
+const (
+	classMove    class = iota // never applied by the handler: back to the queue
+	classApplied              // already applied: its effect committed; delete it from the DLQ
+	classLeave                // no valid key (or the inbox could not be asked): left in the DLQ
+)
+
+// classifier sorts a DLQ's messages against the inbox rows of one handler, and counts them.
+type classifier struct {
+	ib                  *inbox.Inbox
+	handler             string
+	dryRun, keepApplied bool
+	counts              [3]int
+	samples             [3][]string
+	why                 map[string]int // why messages were left, by reason
+}
+
+// sampleSize is how many keys of each class the report shows.
+const sampleSize = 3
+
+func (cl *classifier) classify(ctx context.Context, m types.Message) class {
+	wm := &worker.Message{ID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)),
+		Attributes: m.MessageAttributes, SystemAttributes: m.Attributes}
+	key, err := "", worker.UnwrapSNS(wm, worker.SNSAuto)
+	if err == nil {
+		key, err = inboxhandler.DefaultKey(wm)
+	}
+	if err != nil {
+		return cl.count(classLeave, wm.ID, "no valid key: "+err.Error())
+	}
+	found, err := cl.ib.Lookup(ctx, key)
+	if err != nil {
+		return cl.count(classLeave, key, "the inbox could not be asked: "+err.Error())
+	}
+	for _, p := range found {
+		if p.Handler == cl.handler {
+			return cl.count(classApplied, key, "")
+		}
+	}
+	return cl.count(classMove, key, "")
+}
+
+func (cl *classifier) count(c class, sample, why string) class {
+	cl.counts[c]++
+	if len(cl.samples[c]) < sampleSize {
+		cl.samples[c] = append(cl.samples[c], sample)
+	}
+	if why != "" {
+		if cl.why == nil {
+			cl.why = map[string]int{}
+		}
+		cl.why[firstLine(why)]++
+	}
+	return c
+}
+
+func (cl *classifier) progress() string {
+	return fmt.Sprintf("%d to move, %d already applied, %d left", cl.counts[classMove], cl.counts[classApplied], cl.counts[classLeave])
+}
+
+// report prints the counts of each class, a sample of each, and why messages were left.
+func (cl *classifier) report(w io.Writer, fromURL, toURL string) {
+	verb := map[bool]string{true: "would be", false: "were"}[cl.dryRun]
+	applied := "deleted from the DLQ"
+	if cl.keepApplied {
+		applied = "left in the DLQ (--keep-applied)"
+	}
+	fmt.Fprintf(w, "%s against handler %s's inbox rows%s:\n", lastPart(fromURL), cl.handler, map[bool]string{true: " (dry run: nothing changed)", false: ""}[cl.dryRun])
+	fmt.Fprintf(w, "  never applied: %d (%s moved to %s) %v\n", cl.counts[classMove], verb, lastPart(toURL), cl.samples[classMove])
+	fmt.Fprintf(w, "  already applied: %d (%s %s) %v\n", cl.counts[classApplied], verb, applied, cl.samples[classApplied])
+	fmt.Fprintf(w, "  left in the DLQ: %d %v\n", cl.counts[classLeave], cl.samples[classLeave])
+	for _, why := range slices.Sorted(maps.Keys(cl.why)) {
+		fmt.Fprintf(w, "    %d: %s\n", cl.why[why], why)
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// pacer spaces calls to at most rate a second (no limit when rate is 0).
+type pacer struct {
+	every time.Duration
+	next  time.Time
+}
+
+func newPacer(rate float64) *pacer {
+	if rate <= 0 {
+		return &pacer{}
+	}
+	return &pacer{every: time.Duration(float64(time.Second) / rate)}
+}
+
+func (p *pacer) wait(ctx context.Context) error {
+	if p.every == 0 {
+		return ctx.Err()
+	}
+	now := time.Now()
+	if p.next.Before(now) {
+		p.next = now
+	}
+	at := p.next
+	p.next = p.next.Add(p.every)
+	return sleepUntil(ctx, at)
+}
+
+func allSeen(seen map[string]bool, msgs []types.Message) bool {
+	for _, m := range msgs {
+		if !seen[aws.ToString(m.MessageId)] {
+			return false
+		}
+	}
+	return true
 }
