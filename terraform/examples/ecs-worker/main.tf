@@ -1,6 +1,42 @@
 # A worker on ECS Fargate consuming a queue made by the sqs-worker module. The module's outputs
 # feed the task definition: QUEUE_URL from queue_url, the task role's policy from
 # consumer_policy_json, and the inbox retention is checked against the queue's at plan time.
+# Each task first runs `<worker> migrate` in a short-lived container (run_migrations), and the
+# service scales on the queue's backlog per running task (autoscaling.tf).
+
+locals {
+  # The cluster's name, the part of its ARN after "cluster/" (a bare name stays as it is):
+  # Application Auto Scaling and Container Insights name the cluster by name.
+  cluster_name = reverse(split("/", var.cluster_arn))[0]
+
+  database_url_secret = [
+    { name = "DATABASE_URL", valueFrom = var.database_url_secret_arn },
+  ]
+
+  # `<worker> migrate` applies the inbox's migrations and the worker's own, then exits 0. The
+  # worker refuses to start on an unmigrated database, so it waits for this container to succeed
+  # (dependsOn, condition SUCCESS). Every task runs it: with nothing to apply it returns at once,
+  # and tasks starting together are serialised by the migration's advisory lock. If it fails, the
+  # worker container never starts, the task stops, and the service starts another. The entry
+  # point is set, so the command does not depend on the image's ENTRYPOINT or CMD.
+  migrate_containers = var.run_migrations ? [{
+    name       = "migrate"
+    image      = var.image
+    essential  = false
+    entryPoint = [var.worker_command]
+    command    = ["migrate"]
+    secrets    = local.database_url_secret
+
+    logConfiguration = {
+      logDriver = "awslogs"
+      options = {
+        awslogs-group         = aws_cloudwatch_log_group.worker.name
+        awslogs-region        = var.region
+        awslogs-stream-prefix = "migrate"
+      }
+    }
+  }] : []
+}
 
 module "queue" {
   source = "../../modules/sqs-worker"
@@ -76,10 +112,14 @@ resource "aws_ecs_task_definition" "worker" {
   task_role_arn            = aws_iam_role.task.arn
   execution_role_arn       = aws_iam_role.execution.arn
 
-  container_definitions = jsonencode([{
+  # The worker first (tests read it as [0]), then the migrate container when run_migrations.
+  container_definitions = jsonencode(concat([{
     name      = "worker"
     image     = var.image
     essential = true
+
+    # Start only after `migrate` exited 0 (null, left out, without run_migrations).
+    dependsOn = var.run_migrations ? [{ containerName = "migrate", condition = "SUCCESS" }] : null
 
     # SIGTERM starts a graceful stop: no new receives, in-flight handlers finish, their deletes
     # are flushed. ECS sends SIGKILL after stopTimeout seconds. A message cut off by SIGKILL is
@@ -107,9 +147,7 @@ resource "aws_ecs_task_definition" "worker" {
     #   - inbox.Config.Retention at least module.queue.redelivery_horizon_seconds (the default,
     #     28 days, is). The worker checks it against the queues at start and refuses to run;
     #     inbox_retention_seconds above makes plan fail first.
-    secrets = [
-      { name = "DATABASE_URL", valueFrom = var.database_url_secret_arn },
-    ]
+    secrets = local.database_url_secret
 
     logConfiguration = {
       logDriver = "awslogs"
@@ -119,7 +157,7 @@ resource "aws_ecs_task_definition" "worker" {
         awslogs-stream-prefix = "worker"
       }
     }
-  }])
+  }], local.migrate_containers))
 }
 
 resource "aws_ecs_service" "worker" {
@@ -137,5 +175,11 @@ resource "aws_ecs_service" "worker" {
     subnets          = var.subnet_ids
     security_groups  = var.security_group_ids
     assign_public_ip = false
+  }
+
+  lifecycle {
+    # Autoscaling (autoscaling.tf) sets the count once the service exists; desired_count is only
+    # where it starts, and a later apply must not reset it.
+    ignore_changes = [desired_count]
   }
 }

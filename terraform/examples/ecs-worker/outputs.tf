@@ -17,3 +17,8 @@ output "task_definition_arn" {
   description = "The worker's task definition."
   value       = aws_ecs_task_definition.worker.arn
 }
+
+output "autoscaling_policy_arn" {
+  description = "The target tracking policy on the backlog per task (its alarms are named after it)."
+  value       = aws_appautoscaling_policy.backlog_per_task.arn
+}

@@ -21,7 +21,7 @@ variable "database_url_secret_arn" {
 }
 
 variable "cluster_arn" {
-  description = "ARN of the ECS cluster to run the service in."
+  description = "ARN of the ECS cluster to run the service in (arn:aws:ecs:REGION:ACCOUNT:cluster/NAME). Turn Container Insights on for it (its containerInsights setting, enabled or enhanced): the autoscaling policy divides the queue's backlog by Container Insights' RunningTaskCount, and without it the service does not scale."
   type        = string
 }
 
@@ -36,9 +36,80 @@ variable "security_group_ids" {
 }
 
 variable "desired_count" {
-  description = "Number of worker tasks. Any number is safe: the inbox serialises duplicates across tasks."
+  description = "Number of worker tasks when the service is created; from then on autoscaling sets it, between min_tasks and max_tasks (the service ignores later changes of this value). Any number is safe: the inbox serialises duplicates across tasks. Default: 2."
   type        = number
   default     = 2
+
+  validation {
+    # An empty range is min_tasks' error; report only that one.
+    condition     = var.min_tasks > var.max_tasks || (var.desired_count >= var.min_tasks && var.desired_count <= var.max_tasks)
+    error_message = "desired_count must be from min_tasks to max_tasks: autoscaling would move it into that range at once."
+  }
+}
+
+variable "run_migrations" {
+  description = "Run `<worker_command> migrate` in each task before the worker starts: a non-essential container named migrate, with the worker's image and DATABASE_URL, which the worker container depends on (condition SUCCESS). The worker refuses to start on an unmigrated database. Migrating again is a no-op, and tasks starting together take turns (an advisory lock). Turn it off when something else runs the migrations before a deploy (a pipeline step, or a one-off task: aws ecs run-task with the command overridden to migrate). Default: true."
+  type        = bool
+  default     = true
+}
+
+variable "min_tasks" {
+  description = "Fewest worker tasks autoscaling leaves running. At least 1: the policy divides the backlog by the running tasks, which has no value at zero, so it could not scale out from zero. Default: 1."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.min_tasks >= 1 && floor(var.min_tasks) == var.min_tasks
+    error_message = "min_tasks must be a whole number of at least 1: the backlog per task has no value at zero tasks, so target tracking could not scale out from zero."
+  }
+
+  validation {
+    condition     = var.min_tasks <= var.max_tasks
+    error_message = "min_tasks must not be greater than max_tasks."
+  }
+}
+
+variable "max_tasks" {
+  description = "Most worker tasks autoscaling starts. Each task may open as many PostgreSQL connections as its pool holds (workerapp: concurrency + 2, 12 by default): keep max_tasks times that under the server's max_connections. Default: 10."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.max_tasks >= 1 && floor(var.max_tasks) == var.max_tasks
+    error_message = "max_tasks must be a whole number of at least 1."
+  }
+}
+
+variable "target_messages_per_task" {
+  description = "The autoscaling target: visible messages in the queue per running task. Choose it as the messages per second one task processes (from a load test of your handler) times the longest queueing delay you accept, in seconds. For example (illustrative numbers): 40 messages/s x 120 s = 4800. No default: it depends on your handler."
+  type        = number
+
+  validation {
+    condition     = var.target_messages_per_task > 0
+    error_message = "target_messages_per_task must be positive: a task's rate (messages/s) times the acceptable queueing delay (s)."
+  }
+}
+
+variable "scale_out_cooldown_seconds" {
+  description = "Seconds after a scale-out before the policy scales out again. A Fargate task takes about a minute to start and the queue's metrics come once a minute, so a shorter wait mostly re-reads a backlog the new tasks have not touched yet. Default: 60."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.scale_out_cooldown_seconds >= 0 && floor(var.scale_out_cooldown_seconds) == var.scale_out_cooldown_seconds
+    error_message = "scale_out_cooldown_seconds must be a whole number of seconds, 0 or more."
+  }
+}
+
+variable "scale_in_cooldown_seconds" {
+  description = "Seconds after a scale-in before the policy scales in again. Scale in slowly: a stopping task finishes its in-flight messages first (up to stop_timeout_seconds), and a backlog that returns soon after would need new tasks again. Default: 300."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.scale_in_cooldown_seconds >= 0 && floor(var.scale_in_cooldown_seconds) == var.scale_in_cooldown_seconds
+    error_message = "scale_in_cooldown_seconds must be a whole number of seconds, 0 or more."
+  }
 }
 
 variable "inbox_retention_seconds" {

@@ -7,6 +7,19 @@ locals {
   topic_name = "${var.name}${local.suffix}"
 
   with_subscription_dlq = { for k, s in var.subscribers : k => s if s.subscription_dlq }
+
+  # Message sizes. The topic accepts SNS's default, 262144 bytes: the AWS provider's aws_sns_topic
+  # has no argument for the topic's MaximumMessageSize, so the module leaves it alone. Each queue
+  # must take what the topic delivers to it: with raw delivery the message as published; with the
+  # envelope (raw_message_delivery = false) more: the envelope's fields, the attributes as JSON,
+  # and the body JSON-escaped, a byte more for each quote or backslash. So an envelope queue
+  # defaults to the SQS maximum. (var.subscribers' validation repeats 262144.)
+  topic_maximum_message_size = 262144
+  sqs_maximum_message_size   = 1048576
+  queue_maximum_message_size = { for k, s in var.subscribers : k => coalesce(
+    s.maximum_message_size,
+    s.raw_message_delivery ? local.topic_maximum_message_size : local.sqs_maximum_message_size,
+  ) }
 }
 
 resource "aws_sns_topic" "this" {
@@ -33,6 +46,7 @@ module "queue" {
   inbox_retention_seconds          = each.value.inbox_retention_seconds
   resolve_queue_by_name            = each.value.resolve_queue_by_name
   oldest_message_age_alarm_seconds = each.value.oldest_message_age_alarm_seconds
+  maximum_message_size             = local.queue_maximum_message_size[each.key]
 
   create_alarms = var.create_alarms
   alarm_actions = var.alarm_actions
@@ -94,6 +108,8 @@ resource "aws_sqs_queue" "subscription_dlq" {
   fifo_queue                = var.fifo_topic
   message_retention_seconds = var.subscription_dlq_message_retention_seconds
   sqs_managed_sse_enabled   = true
+  # The SQS maximum: it must take the messages the worker's queue refused as too large.
+  max_message_size = local.sqs_maximum_message_size
 
   tags = var.tags
 }

@@ -52,6 +52,13 @@ variable "subscribers" {
       message_retention_seconds, dlq_message_retention_seconds, receive_wait_time_seconds,
       max_receive_count, inbox_retention_seconds, resolve_queue_by_name,
       oldest_message_age_alarm_seconds (see that module for their defaults and rules).
+    - maximum_message_size: the largest message the queue (and its DLQ) accepts, in bytes (1024
+      to 1048576). It must take whatever the topic delivers. The topic accepts 262144 bytes
+      (SNS's default: the AWS provider's aws_sns_topic has no argument to change it), so with
+      raw delivery it must be at least 262144 (the default). With raw_message_delivery = false
+      SNS delivers an envelope, larger than what was published: its fields, the attributes as
+      JSON, and the body JSON-escaped (a byte more for each quote or backslash). It must then be
+      at least 262144 + 4096, and the default is 1048576, the SQS maximum.
   EOT
   type = map(object({
     raw_message_delivery             = optional(bool, true)
@@ -66,6 +73,7 @@ variable "subscribers" {
     inbox_retention_seconds          = optional(number)
     resolve_queue_by_name            = optional(bool, false)
     oldest_message_age_alarm_seconds = optional(number, 900)
+    maximum_message_size             = optional(number)
   }))
 
   validation {
@@ -86,6 +94,21 @@ variable "subscribers" {
   validation {
     condition     = alltrue([for s in values(var.subscribers) : s.filter_policy == null || can(jsondecode(s.filter_policy))])
     error_message = "filter_policy must be a JSON object (jsonencode it)."
+  }
+
+  validation {
+    condition     = alltrue([for s in values(var.subscribers) : s.maximum_message_size == null || try(s.maximum_message_size >= 1024 && s.maximum_message_size <= 1048576 && floor(s.maximum_message_size) == s.maximum_message_size, false)])
+    error_message = "maximum_message_size must be a whole number of bytes from 1024 to 1048576 (1 MiB, the SQS maximum)."
+  }
+
+  # The queue must take whatever the topic delivers to it. 262144: the topic's limit (SNS's
+  # default; local.topic_maximum_message_size in main.tf). 4096: room for the SNS envelope's
+  # fields (type, ids, topic ARN, subject, timestamp, signature, certificate and unsubscribe
+  # URLs) and the attributes as JSON. A floor, not a guarantee: the body's JSON escaping adds
+  # one byte per quote or backslash.
+  validation {
+    condition     = alltrue([for s in values(var.subscribers) : s.maximum_message_size == null || try(s.maximum_message_size >= (s.raw_message_delivery ? 262144 : 262144 + 4096), false)])
+    error_message = "maximum_message_size is smaller than what the topic delivers: the topic accepts 262144 bytes, so a queue with raw delivery needs at least 262144, and one with the SNS envelope (raw_message_delivery = false) at least 262144 + 4096 = 266240 for the envelope's fields (the body's JSON escaping adds more: leave it at its default, 1048576). SNS does not retry a message its queue refuses: it goes to the subscription DLQ, or is lost without one."
   }
 }
 

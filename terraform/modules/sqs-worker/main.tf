@@ -15,6 +15,9 @@ resource "aws_sqs_queue" "dlq" {
   fifo_queue = var.fifo_queue
 
   message_retention_seconds = var.dlq_message_retention_seconds
+  # The queue's limit: a message the queue accepted must fit in its DLQ (and a redrive moves it
+  # back).
+  max_message_size = var.maximum_message_size
 
   sqs_managed_sse_enabled           = local.sse_sqs ? true : null
   kms_master_key_id                 = var.kms_key_arn
@@ -30,6 +33,7 @@ resource "aws_sqs_queue" "this" {
   visibility_timeout_seconds = var.visibility_timeout_seconds
   message_retention_seconds  = var.message_retention_seconds
   receive_wait_time_seconds  = var.receive_wait_time_seconds
+  max_message_size           = var.maximum_message_size
 
   redrive_policy = jsonencode({
     deadLetterTargetArn = aws_sqs_queue.dlq.arn

@@ -33,6 +33,11 @@ output "visibility_timeout_seconds" {
   value       = aws_sqs_queue.this.visibility_timeout_seconds
 }
 
+output "maximum_message_size" {
+  description = "The largest message, in bytes, the queue and its DLQ accept: what a producer may send (sqsinbox send reads the queue's MaximumMessageSize)."
+  value       = aws_sqs_queue.this.max_message_size
+}
+
 output "message_retention_seconds" {
   description = "The queue's retention."
   value       = aws_sqs_queue.this.message_retention_seconds

@@ -74,6 +74,17 @@ variable "receive_wait_time_seconds" {
   }
 }
 
+variable "maximum_message_size" {
+  description = "The largest message the queue accepts, in bytes (SQS: 1024 to 1048576, 1 MiB; SQS's default is 262144, 256 KiB). The DLQ gets the same limit: it must take every message the queue took. The limit covers the body and its message attributes. A queue subscribed to an SNS topic without raw delivery receives the published message wrapped in an SNS envelope, which is larger than what was published: see ../sns-fanout. Default: 262144."
+  type        = number
+  default     = 262144
+
+  validation {
+    condition     = var.maximum_message_size >= 1024 && var.maximum_message_size <= 1048576 && floor(var.maximum_message_size) == var.maximum_message_size
+    error_message = "maximum_message_size must be a whole number of bytes from 1024 to 1048576 (1 MiB, the SQS maximum)."
+  }
+}
+
 variable "max_receive_count" {
   description = "Receives after which SQS moves a message to the DLQ (the redrive policy's maxReceiveCount; SQS: 1 to 1000). The inbox worker needs at least 3: a consumer frozen while it holds an event's claim keeps it until the database ends its session, and the event needs one delivery to that consumer, one blocked retry and one that runs; the worker refuses to start below 3. Default: 5."
   type        = number

@@ -298,6 +298,73 @@ run "publisher_policy_with_a_customer_key" {
   }
 }
 
+# Message sizes: each queue takes whatever the topic (262144 bytes, SNS's default) delivers to it.
+
+run "queue_size_follows_the_delivery" {
+  command = plan
+
+  assert {
+    condition     = module.queue["warehouse"].maximum_message_size == 262144 && output.queues["warehouse"].maximum_message_size == 262144
+    error_message = "With raw delivery the queue takes what the topic accepts: 262144 bytes."
+  }
+
+  assert {
+    condition     = module.queue["loyalty"].maximum_message_size == 1048576 && output.queues["loyalty"].maximum_message_size == 1048576
+    error_message = "With the SNS envelope the queue defaults to 1 MiB: the envelope of a 262144-byte message is larger than 262144 bytes."
+  }
+
+  assert {
+    condition     = alltrue([for k in ["warehouse", "loyalty"] : aws_sqs_queue.subscription_dlq[k].max_message_size == 1048576])
+    error_message = "A subscription DLQ takes 1 MiB, so that a message its queue refused as too large lands there."
+  }
+}
+
+run "maximum_message_size_reaches_the_queues" {
+  command = plan
+
+  variables {
+    subscribers = {
+      warehouse = { maximum_message_size = 1048576 }
+      loyalty   = { raw_message_delivery = false, maximum_message_size = 266240 }
+    }
+  }
+
+  assert {
+    condition     = module.queue["warehouse"].maximum_message_size == 1048576 && module.queue["loyalty"].maximum_message_size == 266240
+    error_message = "A subscriber's maximum_message_size must reach its queue (and, through sqs-worker, its DLQ)."
+  }
+}
+
+run "raw_queue_smaller_than_the_topic_fails" {
+  command = plan
+
+  variables {
+    subscribers = { warehouse = { maximum_message_size = 65536 } }
+  }
+
+  expect_failures = [var.subscribers]
+}
+
+run "envelope_queue_without_room_for_the_envelope_fails" {
+  command = plan
+
+  variables {
+    subscribers = { loyalty = { raw_message_delivery = false, maximum_message_size = 262144 } }
+  }
+
+  expect_failures = [var.subscribers]
+}
+
+run "queue_over_1_MiB_fails" {
+  command = plan
+
+  variables {
+    subscribers = { warehouse = { maximum_message_size = 1048577 } }
+  }
+
+  expect_failures = [var.subscribers]
+}
+
 run "no_subscribers_fails" {
   command = plan
 

@@ -93,6 +93,11 @@ run "defaults" {
     condition     = output.visibility_timeout_seconds == 30 && output.message_retention_seconds == 345600 && output.dlq_message_retention_seconds == 1209600
     error_message = "The outputs must carry the visibility timeout and the retentions."
   }
+
+  assert {
+    condition     = aws_sqs_queue.this.max_message_size == 262144 && aws_sqs_queue.dlq.max_message_size == 262144 && output.maximum_message_size == 262144
+    error_message = "Default message size limit: 256 KiB (SQS's default) on the queue and its DLQ."
+  }
 }
 
 run "consumer_policy_has_exactly_the_consumer_actions" {
@@ -281,6 +286,51 @@ run "inputs_reach_the_queues" {
     condition     = aws_sqs_queue.dlq.name == "orders-dead"
     error_message = "dlq_name must name the DLQ."
   }
+}
+
+# The message size limit: up to 1 MiB, the same on the DLQ (it must take what the queue took).
+
+run "maximum_message_size_of_1_MiB_reaches_both_queues" {
+  command = plan
+
+  variables {
+    maximum_message_size = 1048576
+  }
+
+  assert {
+    condition     = aws_sqs_queue.this.max_message_size == 1048576
+    error_message = "maximum_message_size must reach the queue."
+  }
+
+  assert {
+    condition     = aws_sqs_queue.dlq.max_message_size == aws_sqs_queue.this.max_message_size
+    error_message = "The DLQ must accept every message the queue accepted: the same limit."
+  }
+
+  assert {
+    condition     = output.maximum_message_size == 1048576
+    error_message = "The output must carry the limit."
+  }
+}
+
+run "maximum_message_size_below_1_KiB_fails" {
+  command = plan
+
+  variables {
+    maximum_message_size = 1023
+  }
+
+  expect_failures = [var.maximum_message_size]
+}
+
+run "maximum_message_size_over_1_MiB_fails" {
+  command = plan
+
+  variables {
+    maximum_message_size = 1048577
+  }
+
+  expect_failures = [var.maximum_message_size]
 }
 
 run "fifo" {
