@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/exampletest"
@@ -27,6 +28,17 @@ type bundle struct {
 	pool   *pgxpool.Pool
 	ob     *outbox.Outbox
 	schema string
+}
+
+// tx begins a transaction that is rolled back when t ends.
+func (b *bundle) tx(t testing.TB) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
 }
 
 // setup gives the test a pool and an outbox in a freshly migrated schema of its own.

@@ -72,11 +72,7 @@ func TestAddRefuses(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := t.Context()
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := b.tx(t)
 	for _, c := range addCases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := b.ob.Add(ctx, tx, c.msg)
@@ -112,11 +108,7 @@ func TestAddAccepts(t *testing.T) {
 		}},
 		{Destination: "http://sqs.us-east-1.localhost:4566/000000000000/q", Body: "b", EventID: strings.Repeat("é", 256)},
 	}
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := b.tx(t)
 	for i, m := range ok {
 		id, err := b.ob.Add(ctx, tx, m)
 		if err != nil {
@@ -148,11 +140,7 @@ func TestMaxMessageSize(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &outbox.Config{MaxMessageSize: outbox.MaxMessageSizeLimit})
 	ctx := t.Context()
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := b.tx(t)
 	body := strings.Repeat("x", 512*1024)
 	if _, err := b.ob.Add(ctx, tx, outbox.Message{Destination: queueURL, Body: body}); err != nil {
 		t.Fatalf("512 KiB to a queue under a 1 MiB limit: %v", err)
@@ -177,11 +165,7 @@ func TestMaxMessageSizes(t *testing.T) {
 	small := queueURL + "-small"
 	b := setup(t, &outbox.Config{MaxMessageSizes: map[string]int{bigTopic: outbox.MaxMessageSizeLimit, small: 2048}})
 	ctx := t.Context()
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := b.tx(t)
 	body := strings.Repeat("x", 512*1024)
 	if _, err := b.ob.Add(ctx, tx, outbox.Message{Destination: bigTopic, Body: body}); err != nil {
 		t.Errorf("512 KiB to a topic raised to 1 MiB: %v", err)
