@@ -24,7 +24,7 @@ import (
 // SendMessageBatch calls of ten consecutive messages with the same number of senders, in the
 // same run (fauxqs; GoAws's FIFO queues and SendMessageBatch results are broken).
 func BenchmarkRelayFIFO(b *testing.B) {
-	skipGoAws(b)
+	srv.Need(b, sqstest.SendBatchResults)
 	const n = 1000
 	bn := setup(b, nil)
 	for i := 0; i < b.N; i++ {

@@ -24,7 +24,7 @@ const benchSenders = 4
 // and the CPU time per message of the test process, the SQS server and PostgreSQL where /proc
 // tells them, and reports the median ratio and the range.
 func BenchmarkRelay(b *testing.B) {
-	skipGoAws(b)
+	srv.Need(b, sqstest.SendBatchResults)
 	const n, benchRounds = 3000, 4
 	bn := setup(b, nil)
 	var ratios []float64

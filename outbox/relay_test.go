@@ -22,13 +22,6 @@ import (
 
 const waitLong = 60 * time.Second
 
-func skipGoAws(t testing.TB) {
-	t.Helper()
-	if srv.Kind == sqstest.KindGoAws {
-		t.Skip("GoAws v0.5.4 answers SendMessageBatch with empty Successful and Failed lists, so the relay cannot tell which entries were stored; the relay's tests run on the fauxqs pass")
-	}
-}
-
 // startRelay starts a relay on the bundle's schema, stopped when the test ends.
 func (b *bundle) startRelay(t testing.TB, cfg outbox.RelayConfig) *outbox.Relay {
 	t.Helper()
@@ -197,7 +190,7 @@ func (f *faulty) sends(body string) int {
 // attribute, and that a transaction that rolled back publishes nothing.
 func TestCommittedEventsReachTheQueue(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
 	rl := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Hour}) // NOTIFY only
@@ -237,7 +230,7 @@ func TestCommittedEventsReachTheQueue(t *testing.T) {
 // the relay started, and an event whose notification never came (the trigger disabled).
 func TestLostNotifyCaughtByPolling(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
 	before := b.add(t, outbox.Message{Destination: q.URL, Body: "before start"})
@@ -259,7 +252,7 @@ func TestLostNotifyCaughtByPolling(t *testing.T) {
 // two are sent again, and every message arrives once.
 func TestPartialBatchRetriesOnlyFailed(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
 	f := newFaulty(map[string]int{"m3": 1, "m7": 1})
@@ -287,7 +280,7 @@ func TestPartialBatchRetriesOnlyFailed(t *testing.T) {
 // not dropped, that the others go, and that RetryParked puts it back.
 func TestParkAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
 	f := newFaulty(map[string]int{"poison": 3})
@@ -322,7 +315,7 @@ func TestParkAfterMaxAttempts(t *testing.T) {
 // twice: nothing later in its group passes it, and the other groups go on.
 func TestFIFOOrderWithFailingEntry(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox", FIFO: true})
 	f := newFaulty(map[string]int{"g1-2": 2, "g2-0": 1})
@@ -358,7 +351,7 @@ func TestFIFOOrderWithFailingEntry(t *testing.T) {
 // TestTwoRelaysPublishOnce checks that two relays side by side publish each event once.
 func TestTwoRelaysPublishOnce(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
 	r1 := b.startRelay(t, outbox.RelayConfig{Senders: 2})
@@ -394,7 +387,7 @@ func TestTwoRelaysPublishOnce(t *testing.T) {
 // with its event_id attribute.
 func TestSNSTopic(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	srv.SkipWithoutSNS(t)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox-sns"})
@@ -459,7 +452,7 @@ func (c *blocking) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatc
 // them at once rather than after the twenty-minute lease.
 func TestStopAndCancel(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox"})
 	var msgs []outbox.Message
@@ -507,7 +500,7 @@ func TestStopAndCancel(t *testing.T) {
 // after the first (it did: one FIFO group moved one row per PollInterval). fauxqs.
 func TestFIFOGroupMovesWithoutPolling(t *testing.T) {
 	t.Parallel()
-	skipGoAws(t)
+	srv.Need(t, sqstest.SendBatchResults)
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox", FIFO: true})
 	rl := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Hour})

@@ -82,115 +82,118 @@ func (r *batchRecorder) snapshot() ([]int, []string) {
 	return slices.Clone(r.sizes), slices.Clone(r.ran)
 }
 
-// TestBatchesFake: 40 messages with one runner and HandlerBatch 10 run in batches of more than
+// TestBatches: 40 messages with one runner and HandlerBatch 10 run in batches of more than
 // one, every message once, one failing and one panicking message retried alone, and the batch
 // counters add up.
-func TestBatchesFake(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{})
-	b.send(t, bodies(40, "m"))
-	met := newTestMetrics()
-	r := &batchRecorder{fail: func(body string, n int) string {
-		switch {
-		case body == "m7" && n == 1:
-			return "error"
-		case body == "m13" && n == 1:
-			return "panic"
+func TestBatches(t *testing.T) {
+	eachServer(t, nil, func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{})
+		b.send(t, bodies(40, "m"))
+		met := newTestMetrics()
+		r := &batchRecorder{fail: func(body string, n int) string {
+			switch {
+			case body == "m7" && n == 1:
+				return "error"
+			case body == "m13" && n == 1:
+				return "panic"
+			}
+			return ""
+		}}
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 1, Metrics: met,
+			Backoff: func(int) time.Duration { return 0 }, Handler: r})
+		b.waitDeleted(t, 30*time.Second)
+		workertest.Stop(t, w)
+		sizes, ran := r.snapshot()
+		if len(ran) != 40 {
+			t.Fatalf("%d messages ran to success, want 40", len(ran))
 		}
-		return ""
-	}}
-	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 1, Metrics: met,
-		Backoff: func(int) time.Duration { return 0 }, Handler: r})
-	b.waitDeleted(t, 30*time.Second)
-	workertest.Stop(t, w)
-	sizes, ran := r.snapshot()
-	if len(ran) != 40 {
-		t.Fatalf("%d messages ran to success, want 40", len(ran))
-	}
-	slices.Sort(ran)
-	if len(slices.Compact(ran)) != 40 {
-		t.Fatalf("a message ran twice: %v", ran)
-	}
-	if slices.Max(sizes) < 2 || slices.Max(sizes) > 10 {
-		t.Errorf("batch sizes %v: want batches of 2 to 10", sizes)
-	}
-	total := 0
-	for _, s := range sizes {
-		total += s
-	}
-	if met.get(worker.Batches) != len(sizes) || met.get(worker.BatchedMessages) != total || total != 42 {
-		t.Errorf("counters batches %d, batched %d; the handler saw %d batches of %d messages (want 42: 40 and 2 retries)",
-			met.get(worker.Batches), met.get(worker.BatchedMessages), len(sizes), total)
-	}
-	if met.get(worker.Failed) != 2 || met.get(worker.Processed) != 40 || met.get(worker.Deleted) != 40 {
-		t.Errorf("failed %d, processed %d, deleted %d; want 2, 40, 40", met.get(worker.Failed), met.get(worker.Processed), met.get(worker.Deleted))
-	}
+		slices.Sort(ran)
+		if len(slices.Compact(ran)) != 40 {
+			t.Fatalf("a message ran twice: %v", ran)
+		}
+		if slices.Max(sizes) < 2 || slices.Max(sizes) > 10 {
+			t.Errorf("batch sizes %v: want batches of 2 to 10", sizes)
+		}
+		total := 0
+		for _, s := range sizes {
+			total += s
+		}
+		if met.get(worker.Batches) != len(sizes) || met.get(worker.BatchedMessages) != total || total != 42 {
+			t.Errorf("counters batches %d, batched %d; the handler saw %d batches of %d messages (want 42: 40 and 2 retries)",
+				met.get(worker.Batches), met.get(worker.BatchedMessages), len(sizes), total)
+		}
+		if met.get(worker.Failed) != 2 || met.get(worker.Processed) != 40 || met.get(worker.Deleted) != 40 {
+			t.Errorf("failed %d, processed %d, deleted %d; want 2, 40, 40", met.get(worker.Failed), met.get(worker.Processed), met.get(worker.Deleted))
+		}
+	})
 }
 
-// TestBatchFIFOOrderFake: one FIFO group of 10 in one receive, batches of 4: the group runs in
+// TestBatchFIFOOrder: one FIFO group of 10 in one receive, batches of 4: the group runs in
 // order across batches; when m3 fails once, the rest of its batch and of its group is released,
 // not run, and the group resumes at m3.
-func TestBatchFIFOOrderFake(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{Name: ".fifo"})
-	var msgs []sqstest.Message
-	for i := range 10 {
-		msgs = append(msgs, sqstest.Message{Body: fmt.Sprint("m", i), GroupID: "g"})
-	}
-	b.send(t, msgs)
-	met := newTestMetrics()
-	r := &batchRecorder{fail: func(body string, n int) string {
-		if body == "m3" && n == 1 {
-			return "error"
+func TestBatchFIFOOrder(t *testing.T) {
+	eachServer(t, needs(sqstest.GroupBatch), func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{Name: ".fifo"})
+		var msgs []sqstest.Message
+		for i := range 10 {
+			msgs = append(msgs, sqstest.Message{Body: fmt.Sprint("m", i), GroupID: "g"})
 		}
-		return ""
-	}}
-	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 2, HandlerBatch: 4, Metrics: met,
-		Backoff: func(int) time.Duration { return 0 }, Handler: r})
-	b.waitDeleted(t, 30*time.Second)
-	workertest.Stop(t, w)
-	sizes, ran := r.snapshot()
-	want := []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"}
-	if !slices.Equal(ran, want) {
-		t.Fatalf("ran %v, want %v", ran, want)
-	}
-	if slices.Max(sizes) > 4 {
-		t.Errorf("batch sizes %v, want at most 4", sizes)
-	}
-	if met.get(worker.Released) == 0 {
-		t.Error("nothing released after m3 failed: the rest of its group should have been")
-	}
+		b.send(t, msgs)
+		met := newTestMetrics()
+		r := &batchRecorder{fail: func(body string, n int) string {
+			if body == "m3" && n == 1 {
+				return "error"
+			}
+			return ""
+		}}
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 2, HandlerBatch: 4, Metrics: met,
+			Backoff: func(int) time.Duration { return 0 }, Handler: r})
+		b.waitDeleted(t, 30*time.Second)
+		workertest.Stop(t, w)
+		sizes, ran := r.snapshot()
+		want := []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"}
+		if !slices.Equal(ran, want) {
+			t.Fatalf("ran %v, want %v", ran, want)
+		}
+		if slices.Max(sizes) > 4 {
+			t.Errorf("batch sizes %v, want at most 4", sizes)
+		}
+		if met.get(worker.Released) == 0 {
+			t.Error("nothing released after m3 failed: the rest of its group should have been")
+		}
+	})
 }
 
-// TestBatchPanicInHandleBatchFake: a HandleBatch that panics fails every message of its batch;
+// TestBatchPanicInHandleBatch: a HandleBatch that panics fails every message of its batch;
 // the worker keeps running and the messages come back.
-func TestBatchPanicInHandleBatchFake(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{})
-	b.send(t, bodies(5, "m"))
-	var mu sync.Mutex
-	calls := 0
-	h := &funcBatch{fn: func(ctx context.Context, bt *worker.Batch) []error {
-		mu.Lock()
-		calls++
-		first := calls == 1
-		mu.Unlock()
-		if first {
-			panic("batch bug")
+func TestBatchPanicInHandleBatch(t *testing.T) {
+	eachServer(t, nil, func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{})
+		b.send(t, bodies(5, "m"))
+		var mu sync.Mutex
+		calls := 0
+		h := &funcBatch{fn: func(ctx context.Context, bt *worker.Batch) []error {
+			mu.Lock()
+			calls++
+			first := calls == 1
+			mu.Unlock()
+			if first {
+				panic("batch bug")
+			}
+			return make([]error, bt.Len())
+		}}
+		met := newTestMetrics()
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 1, Metrics: met,
+			Backoff: func(int) time.Duration { return 0 }, Handler: h})
+		b.waitDeleted(t, 30*time.Second)
+		workertest.Stop(t, w)
+		if f := met.get(worker.Failed); f < 1 {
+			t.Errorf("%d failed after a panicking batch", f)
 		}
-		return make([]error, bt.Len())
-	}}
-	met := newTestMetrics()
-	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 1, Metrics: met,
-		Backoff: func(int) time.Duration { return 0 }, Handler: h})
-	b.waitDeleted(t, 30*time.Second)
-	workertest.Stop(t, w)
-	if f := met.get(worker.Failed); f < 1 {
-		t.Errorf("%d failed after a panicking batch", f)
-	}
-	if met.get(worker.Processed) != 5 {
-		t.Errorf("processed %d, want 5", met.get(worker.Processed))
-	}
+		if met.get(worker.Processed) != 5 {
+			t.Errorf("processed %d, want 5", met.get(worker.Processed))
+		}
+	})
 }
 
 type funcBatch struct {
@@ -202,39 +205,40 @@ func (f *funcBatch) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 	return f.fn(ctx, b)
 }
 
-// TestHeldTooLongReleasedFake: one handler busy, Prefetch 1, MaxHold 1 s: the held message is
+// TestHeldTooLongReleased (every server; the receive count where it counts): one handler busy, Prefetch 1, MaxHold 1 s: the held message is
 // released to the queue once it has waited MaxHold (checked at its heartbeat), never run by this
 // holder, and runs later from a new receive.
-func TestHeldTooLongReleasedFake(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
-	b.send(t, bodies(2, "m"))
-	release := make(chan struct{})
-	met := newTestMetrics()
-	var mu sync.Mutex
-	var seen []string
-	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 1, Prefetch: 1, MaxHold: time.Second,
-		Metrics: met, Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			mu.Lock()
-			first := len(seen) == 0
-			seen = append(seen, fmt.Sprintf("%s#%d", m.Body, m.ReceiveCount))
-			mu.Unlock()
-			if first {
-				<-release
-			}
-			return nil
-		})})
-	sqstest.WaitFor(t, 20*time.Second, "the held message released", func() (bool, string) {
-		return met.get(worker.Released) >= 1, fmt.Sprint(met.get(worker.Released))
+func TestHeldTooLongReleased(t *testing.T) {
+	eachServer(t, nil, func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
+		b.send(t, bodies(2, "m"))
+		release := make(chan struct{})
+		met := newTestMetrics()
+		var mu sync.Mutex
+		var seen []string
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 1, Prefetch: 1, MaxHold: time.Second,
+			Metrics: met, Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+				mu.Lock()
+				first := len(seen) == 0
+				seen = append(seen, fmt.Sprintf("%s#%d", m.Body, m.ReceiveCount))
+				mu.Unlock()
+				if first {
+					<-release
+				}
+				return nil
+			})})
+		sqstest.WaitFor(t, 20*time.Second, "the held message released", func() (bool, string) {
+			return met.get(worker.Released) >= 1, fmt.Sprint(met.get(worker.Released))
+		})
+		close(release)
+		b.waitDeleted(t, 20*time.Second)
+		workertest.Stop(t, w)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 2 || s.has(sqstest.ReceiveCount) && !strings.HasSuffix(seen[1], "#2") {
+			t.Errorf("runs %v: want 2, the held one on its second receive", seen)
+		}
 	})
-	close(release)
-	b.waitDeleted(t, 20*time.Second)
-	workertest.Stop(t, w)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 || !strings.HasSuffix(seen[1], "#2") {
-		t.Errorf("runs %v: want 2, the held one on its second receive", seen)
-	}
 }
 
 // TestConfigBatchRefusals: HandlerBatch over the cap or on a plain handler, Linger too long.
@@ -259,64 +263,69 @@ func TestConfigBatchRefusals(t *testing.T) {
 	}
 }
 
-// TestPauseProbesPastAStuckHandlerFake: one handler is stuck (it holds its slot) when the
+// TestPauseProbesPastAStuckHandler: one handler is stuck (it holds its slot) when the
 // dependency goes down; the probes still run once the messages outstanding have had their
 // bounded time to settle, so the pause ends when the dependency is back and the rest of the
 // queue drains while the stuck handler still runs.
-func TestPauseProbesPastAStuckHandlerFake(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{})
-	b.send(t, bodies(20, "m"))
-	release := make(chan struct{})
-	defer close(release)
-	var mu sync.Mutex
-	stuck, down, done := "", true, map[string]bool{}
-	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 2, Prefetch: 2,
-		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			mu.Lock()
-			if stuck == "" {
-				stuck = string(m.Body)
+func TestPauseProbesPastAStuckHandler(t *testing.T) {
+	eachServer(t, nil, func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{})
+		b.send(t, bodies(20, "m"))
+		release := make(chan struct{})
+		defer close(release)
+		var mu sync.Mutex
+		stuck, down, done := "", true, map[string]bool{}
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 2, Prefetch: 2,
+			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+				mu.Lock()
+				if stuck == "" {
+					stuck = string(m.Body)
+					mu.Unlock()
+					<-release
+					return nil
+				}
+				if down {
+					mu.Unlock()
+					return worker.Unavailable(errors.New("database down"))
+				}
+				done[string(m.Body)] = true
 				mu.Unlock()
-				<-release
 				return nil
-			}
-			if down {
-				mu.Unlock()
-				return worker.Unavailable(errors.New("database down"))
-			}
-			done[string(m.Body)] = true
-			mu.Unlock()
-			return nil
-		})})
-	sqstest.WaitFor(t, 20*time.Second, "the worker paused", func() (bool, string) { return w.State().Paused, "" })
-	mu.Lock()
-	down = false
-	mu.Unlock()
-	sqstest.WaitFor(t, 60*time.Second, "the other 19 messages processed while one handler is stuck", func() (bool, string) {
+			})})
+		sqstest.WaitFor(t, 20*time.Second, "the worker paused", func() (bool, string) { return w.State().Paused, "" })
 		mu.Lock()
-		defer mu.Unlock()
-		return len(done) == 19, fmt.Sprintf("%d done, paused %v", len(done), w.State().Paused)
+		down = false
+		mu.Unlock()
+		sqstest.WaitFor(t, 60*time.Second, "the other 19 messages processed while one handler is stuck", func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(done) == 19, fmt.Sprintf("%d done, paused %v", len(done), w.State().Paused)
+		})
+		release <- struct{}{}
+		b.waitDeleted(t, 30*time.Second)
+		workertest.Stop(t, w)
 	})
-	release <- struct{}{}
-	b.waitDeleted(t, 30*time.Second)
-	workertest.Stop(t, w)
 }
 
-// TestBatchSizeAfterAPauseFake: a pause releases the held messages received before it, which can
+// TestBatchSizeAfterAPause: a pause releases the held messages received before it, which can
 // empty a runner's whole batch; the batches after the pause must still fill up to HandlerBatch.
 // (The runner once took its buffer's capacity as the batch size: a batch emptied by the pause
 // left batches of one for good, and a batch of 9 or 10 kept through it panicked the runner.)
-func TestBatchSizeAfterAPauseFake(t *testing.T) {
-	t.Parallel()
-	for _, fifo := range []bool{false, true} {
-		t.Run(map[bool]string{false: "standard", true: "fifo"}[fifo], func(t *testing.T) {
-			t.Parallel()
-			testBatchSizeAfterAPause(t, fifo)
-		})
-	}
+func TestBatchSizeAfterAPause(t *testing.T) {
+	eachServer(t, nil, func(t *testing.T, s *server) {
+		for _, fifo := range []bool{false, true} {
+			t.Run(map[bool]string{false: "standard", true: "fifo"}[fifo], func(t *testing.T) {
+				if fifo {
+					s.need(t, sqstest.FIFO)
+				}
+				t.Parallel()
+				testBatchSizeAfterAPause(t, s, fifo)
+			})
+		}
+	})
 }
 
-func testBatchSizeAfterAPause(t *testing.T, fifo bool) {
+func testBatchSizeAfterAPause(t *testing.T, s *server, fifo bool) {
 	o, msgs := sqsfake.QueueOptions{}, bodies(60, "m")
 	if fifo {
 		// Six groups of ten: a receive brings several groups, a batch holds several.
@@ -325,7 +334,7 @@ func testBatchSizeAfterAPause(t *testing.T, fifo bool) {
 			msgs[i].GroupID = fmt.Sprint("g", i%6)
 		}
 	}
-	b := setupFake(t, o)
+	b := s.bundle(t, o)
 	b.send(t, msgs)
 	var (
 		mu     sync.Mutex
@@ -350,7 +359,7 @@ func testBatchSizeAfterAPause(t *testing.T, fifo bool) {
 		}
 		return res
 	}}
-	w := workertest.Start(t, b.f, &worker.Config{QueueURL: b.url, Concurrency: 1, Handler: h})
+	w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 1, Handler: h})
 	b.waitDeleted(t, 60*time.Second)
 	workertest.Stop(t, w)
 	mu.Lock()

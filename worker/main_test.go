@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"go.uber.org/goleak"
 
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
-// Tests named ...GoAws run against a real SQS-compatible server: GoAws started by sqstest, or the
-// server AWS_ENDPOINT_URL_SQS names. Tests named ...Fake use the fault-injecting fake.
+// srv is the real SQS server of this pass: GoAws or fauxqs started by sqstest, or the server
+// AWS_ENDPOINT_URL_SQS names. The behaviour tests run on it and on the in-process fake
+// (suite_test.go).
 var srv *sqstest.Server
 
 func TestMain(m *testing.M) {
@@ -33,22 +33,13 @@ func TestMain(m *testing.M) {
 	srv = s
 	code := m.Run()
 	if code == 0 && os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
-		if err := goleak.Find(leakOptions...); err != nil {
+		if err := sqstest.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
 	}
 	s.Close()
 	os.Exit(code)
-}
-
-// leakOptions ignore what outlives a worker by design: the SDK's idle keep-alive connections and
-// the harness's wait for GoAws.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	goleak.IgnoreAnyFunction("github.com/sqsinbox/sqsinbox/internal/sqstest.tryGoAws.func1"),
 }
 
 func newClient(t testing.TB) *sqs.Client {

@@ -50,38 +50,39 @@ func TestStartTimeoutNamesTheEndpoint(t *testing.T) {
 	}
 }
 
-// TestStartRefusesUnreadableDeadLetterQueueFake (fake: an access-denied answer for the DLQ):
+// TestStartRefusesUnreadableDeadLetterQueue (fake: an access-denied answer for the DLQ):
 // without the DLQ's retention the redelivery horizon is unknown, so Start refuses with a
 // *DeadLetterError naming the missing permission, unless Config.IgnoreDeadLetterRetention.
-func TestStartRefusesUnreadableDeadLetterQueueFake(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{MaxReceiveCount: 3})
-	b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {
-		if g, ok := in.(*sqs.GetQueueAttributesInput); ok && aws.ToString(g.QueueUrl) == b.dlq {
-			return sqsfake.Error("AccessDenied", "not authorized to perform sqs:GetQueueAttributes")
+func TestStartRefusesUnreadableDeadLetterQueue(t *testing.T) {
+	eachServer(t, needs(sqstest.Faults), func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{MaxReceiveCount: 3})
+		b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {
+			if g, ok := in.(*sqs.GetQueueAttributesInput); ok && aws.ToString(g.QueueUrl) == b.dlq {
+				return sqsfake.Error("AccessDenied", "not authorized to perform sqs:GetQueueAttributes")
+			}
+			return nil
+		}})
+		w, err := worker.New(s.client, &worker.Config{QueueURL: b.url, Handler: nopHandler(), Logger: sqstest.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}})
-	w, err := worker.New(b.f, &worker.Config{QueueURL: b.url, Handler: nopHandler(), Logger: sqstest.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = w.Start(t.Context())
-	var dle *worker.DeadLetterError
-	if !errors.As(err, &dle) || !strings.Contains(err.Error(), "sqs:GetQueueAttributes") {
-		t.Fatalf("Start = %v, want a *worker.DeadLetterError naming sqs:GetQueueAttributes", err)
-	}
-	w, err = worker.New(b.f, &worker.Config{QueueURL: b.url, Handler: nopHandler(), Logger: sqstest.Logger(t),
-		IgnoreDeadLetterRetention: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatalf("Start with IgnoreDeadLetterRetention: %v", err)
-	}
-	if err := w.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+		err = w.Start(t.Context())
+		var dle *worker.DeadLetterError
+		if !errors.As(err, &dle) || !strings.Contains(err.Error(), "sqs:GetQueueAttributes") {
+			t.Fatalf("Start = %v, want a *worker.DeadLetterError naming sqs:GetQueueAttributes", err)
+		}
+		w, err = worker.New(s.client, &worker.Config{QueueURL: b.url, Handler: nopHandler(), Logger: sqstest.Logger(t),
+			IgnoreDeadLetterRetention: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatalf("Start with IgnoreDeadLetterRetention: %v", err)
+		}
+		if err := w.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestRedeliveryHorizon: a standard queue's horizon is the longer retention of the queue and its
@@ -106,107 +107,109 @@ func TestRedeliveryHorizon(t *testing.T) {
 	}
 }
 
-// TestStartAndStopLogOneLineEach (fake): a healthy worker says at Info level that it started
+// TestStartAndStopLogOneLineEach (every server): a healthy worker says at Info level that it started
 // (queue, concurrency, visibility, redelivery horizon) and that it stopped (what was drained).
 func TestStartAndStopLogOneLineEach(t *testing.T) {
-	t.Parallel()
-	b := setupFake(t, sqsfake.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 45 * time.Second})
-	b.send(t, bodies(3, "m"))
-	var log sqstest.Buffer
-	w, err := worker.New(b.f, &worker.Config{QueueURL: b.url, Handler: nopHandler(), Concurrency: 7,
-		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	b.waitDeleted(t, 20*time.Second)
-	if err := w.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range [][]string{
-		{"worker: started", "queue=" + strings.TrimPrefix(b.url[strings.LastIndex(b.url, "/"):], "/"), "concurrency=7", "visibility_timeout=45s", "redelivery_horizon=336h0m0s", "max_receive_count=3"},
-		{"worker: stopped", "released=", "deleted_during_stop="},
-	} {
-		if n := countLines(&log, want...); n != 1 {
-			t.Errorf("%d lines with %q, want 1:\n%s", n, want, log.String())
-		}
-	}
-}
-
-// TestPauseAndLeaseLossLoggedOncePerEpisodeFake (fake): a dependency outage over many messages
-// logs one warning when the pause begins and one line when it ends; leases lost together log
-// one warning, and the counter counts each.
-func TestPauseAndLeaseLossLoggedOncePerEpisodeFake(t *testing.T) {
-	t.Parallel()
-	t.Run("pause", func(t *testing.T) {
-		t.Parallel()
-		b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: 30 * time.Second})
-		b.send(t, bodies(10, "m"))
+	eachServer(t, nil, func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 45 * time.Second})
+		b.send(t, bodies(3, "m"))
 		var log sqstest.Buffer
-		var calls atomic.Int32
-		// One at a time, so that no success from before the outage ends the pause early.
-		w, err := worker.New(b.f, &worker.Config{QueueURL: b.url, Backoff: noBackoff, Concurrency: 1,
-			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
-			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error {
-				if calls.Add(1) <= 6 {
-					return worker.Unavailable(errors.New("database down"))
-				}
-				return nil
-			})})
+		w, err := worker.New(s.client, &worker.Config{QueueURL: b.url, Handler: nopHandler(), Concurrency: 7,
+			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		b.waitDeleted(t, 60*time.Second)
+		b.waitDeleted(t, 20*time.Second)
 		if err := w.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if n := countLines(&log, "level=WARN", "pausing receives"); n != 1 {
-			t.Errorf("%d pause warnings over 6 failures, want 1:\n%s", n, log.String())
-		}
-		if n := countLines(&log, "level=INFO", "receives resumed"); n != 1 {
-			t.Errorf("%d resume lines, want 1:\n%s", n, log.String())
-		}
-		if n := countLines(&log, "level=WARN", "message failed"); n != 0 {
-			t.Errorf("%d per-message warnings during the pause, want 0", n)
+		for _, want := range [][]string{
+			{"worker: started", "queue=" + strings.TrimPrefix(b.url[strings.LastIndex(b.url, "/"):], "/"), "concurrency=7", "visibility_timeout=45s", "redelivery_horizon=336h0m0s", "max_receive_count=3"},
+			{"worker: stopped", "released=", "deleted_during_stop="},
+		} {
+			if n := countLines(&log, want...); n != 1 {
+				t.Errorf("%d lines with %q, want 1:\n%s", n, want, log.String())
+			}
 		}
 	})
-	t.Run("lease", func(t *testing.T) {
-		t.Parallel()
-		b := setupFake(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
-		b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {
-			if c, ok := in.(*sqs.ChangeMessageVisibilityInput); ok && c.VisibilityTimeout > 0 {
-				return sqsfake.Error("ReceiptHandleIsInvalid", "gone")
+}
+
+// TestPauseAndLeaseLossLoggedOncePerEpisode (servers with injected faults): a dependency outage over many messages
+// logs one warning when the pause begins and one line when it ends; leases lost together log
+// one warning, and the counter counts each.
+func TestPauseAndLeaseLossLoggedOncePerEpisode(t *testing.T) {
+	eachServer(t, needs(sqstest.Faults), func(t *testing.T, s *server) {
+		t.Run("pause", func(t *testing.T) {
+			t.Parallel()
+			b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 30 * time.Second})
+			b.send(t, bodies(10, "m"))
+			var log sqstest.Buffer
+			var calls atomic.Int32
+			// One at a time, so that no success from before the outage ends the pause early.
+			w, err := worker.New(s.client, &worker.Config{QueueURL: b.url, Backoff: noBackoff, Concurrency: 1,
+				Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+				Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error {
+					if calls.Add(1) <= 6 {
+						return worker.Unavailable(errors.New("database down"))
+					}
+					return nil
+				})})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return nil
-		}})
-		b.send(t, bodies(3, "m"))
-		var log sqstest.Buffer
-		met := newTestMetrics()
-		w, err := worker.New(b.f, &worker.Config{QueueURL: b.url, Metrics: met,
-			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
-			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-				<-ctx.Done()
-				return ctx.Err()
-			})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		sqstest.WaitFor(t, 30*time.Second, "three leases lost", func() (bool, string) {
-			return met.get(worker.LeasesLost) >= 3, ""
+			if err := w.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			b.waitDeleted(t, 60*time.Second)
+			if err := w.Stop(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if n := countLines(&log, "level=WARN", "pausing receives"); n != 1 {
+				t.Errorf("%d pause warnings over 6 failures, want 1:\n%s", n, log.String())
+			}
+			if n := countLines(&log, "level=INFO", "receives resumed"); n != 1 {
+				t.Errorf("%d resume lines, want 1:\n%s", n, log.String())
+			}
+			if n := countLines(&log, "level=WARN", "message failed"); n != 0 {
+				t.Errorf("%d per-message warnings during the pause, want 0", n)
+			}
 		})
-		if err := w.StopAndCancel(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if n := countLines(&log, "level=WARN", "lease lost"); n != 1 {
-			t.Errorf("%d lease-lost warnings for %d leases lost together, want 1:\n%s", n, met.get(worker.LeasesLost), log.String())
-		}
+		t.Run("lease", func(t *testing.T) {
+			t.Parallel()
+			b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
+			b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {
+				if c, ok := in.(*sqs.ChangeMessageVisibilityInput); ok && c.VisibilityTimeout > 0 {
+					return sqsfake.Error("ReceiptHandleIsInvalid", "gone")
+				}
+				return nil
+			}})
+			b.send(t, bodies(3, "m"))
+			var log sqstest.Buffer
+			met := newTestMetrics()
+			w, err := worker.New(s.client, &worker.Config{QueueURL: b.url, Metrics: met,
+				Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+				Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+					<-ctx.Done()
+					return ctx.Err()
+				})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			sqstest.WaitFor(t, 30*time.Second, "three leases lost", func() (bool, string) {
+				return met.get(worker.LeasesLost) >= 3, ""
+			})
+			if err := w.StopAndCancel(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if n := countLines(&log, "level=WARN", "lease lost"); n != 1 {
+				t.Errorf("%d lease-lost warnings for %d leases lost together, want 1:\n%s", n, met.get(worker.LeasesLost), log.String())
+			}
+		})
 	})
 }

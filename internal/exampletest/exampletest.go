@@ -58,10 +58,7 @@ func MainWith(m *testing.M, prefix string, db **pgtest.Server, sqs **sqstest.Ser
 	before := goleak.IgnoreCurrent()
 	code := m.Run()
 	if code == 0 && os.Getenv("SQSINBOX_SKIP_GOLEAK") == "" {
-		if err := goleak.Find(before,
-			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+		if err := sqstest.FindLeaks(before); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
 			code = 1
 		}

@@ -19,9 +19,9 @@ var srv *sqstest.Server
 
 func TestMain(m *testing.M) { sqstest.Main(m, &srv) }
 
-// TestQueuesGoAws (GoAws, or the server AWS_ENDPOINT_URL_SQS names): queues with a DLQ, sends in
+// TestQueues (the pass's SQS server, or the server AWS_ENDPOINT_URL_SQS names): queues with a DLQ, sends in
 // batches and counts.
-func TestQueuesGoAws(t *testing.T) {
+func TestQueues(t *testing.T) {
 	ctx := context.Background()
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "harness", MaxReceiveCount: 3, Retention: time.Hour})
 	if q.DLQURL == "" {

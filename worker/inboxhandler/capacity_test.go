@@ -15,10 +15,10 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
-// TestPoolSmallerThanConcurrencyWarnsGoAws (GoAws or fauxqs, and PostgreSQL): a pool of 4
+// TestPoolSmallerThanConcurrencyWarns (the pass's SQS server or fauxqs, and PostgreSQL): a pool of 4
 // connections under a worker of Concurrency 10 starts, with one warning that names both numbers and
 // the fix; a pool of 11 starts without it.
-func TestPoolSmallerThanConcurrencyWarnsGoAws(t *testing.T) {
+func TestPoolSmallerThanConcurrencyWarns(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "capacity", MaxReceiveCount: 5})

@@ -205,14 +205,14 @@ func (b *bundle) waitEffects(t *testing.T, q *sqstest.Queue, want int) {
 	})
 }
 
-// TestCrashInsideHandlerGoAws (GoAws, real processes): a worker is SIGKILLed while a handler is
+// TestCrashInsideHandler (the pass's SQS server, real processes): a worker is SIGKILLed while a handler is
 // inside its transaction; its writes vanish with the claim, and a restarted worker does the work
 // once.
-func TestCrashInsideHandlerGoAws(t *testing.T) { crashTest(t, modeHangInTx) }
+func TestCrashInsideHandler(t *testing.T) { crashTest(t, modeHangInTx) }
 
-// TestCrashAfterCommitGoAws (GoAws, real processes): a worker is SIGKILLed after a commit and
+// TestCrashAfterCommit (the pass's SQS server, real processes): a worker is SIGKILLed after a commit and
 // before the delete; the redelivery finds the inbox row, is deleted, and nothing runs twice.
-func TestCrashAfterCommitGoAws(t *testing.T) { crashTest(t, modeHangAfterTx) }
+func TestCrashAfterCommit(t *testing.T) { crashTest(t, modeHangAfterTx) }
 
 func crashTest(t *testing.T, mode string) {
 	t.Parallel()
@@ -243,9 +243,9 @@ func crashTest(t *testing.T, mode string) {
 	}
 }
 
-// TestTwoProcessesGoAws (GoAws, real processes): two worker processes share a queue on which
+// TestTwoProcesses (the pass's SQS server, real processes): two worker processes share a queue on which
 // every event was sent twice; each event has exactly one effect.
-func TestTwoProcessesGoAws(t *testing.T) {
+func TestTwoProcesses(t *testing.T) {
 	t.Parallel()
 	const n = 300
 	b := setup(t, nil)

@@ -101,13 +101,13 @@ func (b *bundle) routed(t *testing.T) map[string]int {
 	return out
 }
 
-// TestRouterGoAws (GoAws, PostgreSQL): one queue carries three event types, each routed to its own
+// TestRouter (the pass's SQS server, PostgreSQL): one queue carries three event types, each routed to its own
 // typed handler with its own inbox name, on both paths (one message at a time, and batches).
 // Every event is sent twice as OrderPaid and twice as OrderCancelled (half of the latter typed by
 // a body field, not the attribute): each handler applies it once, and the second copies are
 // duplicates. An OrderShipped whose handler fails and a message of an unknown type go the
 // retry-then-DLQ way, and the unknown one's error names its type; the others are unaffected.
-func TestRouterGoAws(t *testing.T) {
+func TestRouter(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []int{1, 10} {
 		t.Run(fmt.Sprint("HandlerBatch=", batch), func(t *testing.T) {
@@ -173,10 +173,10 @@ func TestRouterGoAws(t *testing.T) {
 	}
 }
 
-// TestRouterDiscardsUnknownGoAws (GoAws, PostgreSQL): with UnknownDiscard, a message of an
+// TestRouterDiscardsUnknown (the pass's SQS server, PostgreSQL): with UnknownDiscard, a message of an
 // unknown type, and one with no type at all, are deleted unrun, counted as discarded and logged
 // with what they lacked; the routed ones are applied.
-func TestRouterDiscardsUnknownGoAws(t *testing.T) {
+func TestRouterDiscardsUnknown(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	r := routerBundle(t, b, &inboxhandler.RouterConfig{Unknown: inboxhandler.UnknownDiscard})

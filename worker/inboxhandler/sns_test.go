@@ -190,10 +190,10 @@ func eventIDs(prefix string, n int) []string {
 	return ids
 }
 
-// TestSNSRawAndEnvelopedFauxqs (fauxqs): one topic, one queue subscribed with raw message
+// TestSNSRawAndEnveloped (the pass's SQS server): one topic, one queue subscribed with raw message
 // delivery and one without. The same handler function applies each event once on both, sees the
 // same body on both, and Message.SNS only on the enveloped one.
-func TestSNSRawAndEnvelopedFauxqs(t *testing.T) {
+func TestSNSRawAndEnveloped(t *testing.T) {
 	t.Parallel()
 	b := snsSetup(t)
 	env, raw := b.subscribe(t, "enveloped", false), b.subscribe(t, "raw", true)
@@ -226,11 +226,11 @@ func TestSNSRawAndEnvelopedFauxqs(t *testing.T) {
 	}
 }
 
-// TestSNSFanOutThreeQueuesFauxqs (fauxqs): each OrderPaid is published once to the topic, a
+// TestSNSFanOutThreeQueues (the pass's SQS server): each OrderPaid is published once to the topic, a
 // fifth of them twice with the same event id; warehouse, loyalty and email (each its own queue,
 // enveloped, raw, and enveloped with SNSEnvelope) apply every event exactly once, each with its
 // own inbox rows.
-func TestSNSFanOutThreeQueuesFauxqs(t *testing.T) {
+func TestSNSFanOutThreeQueues(t *testing.T) {
 	t.Parallel()
 	b := snsSetup(t)
 	subs := []*subscriber{b.subscribe(t, "warehouse", false), b.subscribe(t, "loyalty", true), b.subscribe(t, "email", false)}
@@ -251,10 +251,10 @@ func TestSNSFanOutThreeQueuesFauxqs(t *testing.T) {
 	}
 }
 
-// TestSNSEnvelopeKeysFauxqs (fauxqs): a message published without the event_id attribute is keyed
+// TestSNSEnvelopeKeys (the pass's SQS server): a message published without the event_id attribute is keyed
 // by its body's id, as a raw message is; one with neither is retried and dead-lettered (still
 // the envelope, as it arrived), never processed.
-func TestSNSEnvelopeKeysFauxqs(t *testing.T) {
+func TestSNSEnvelopeKeys(t *testing.T) {
 	t.Parallel()
 	b := snsSetup(t)
 	s := b.subscribe(t, "warehouse", false)
@@ -283,11 +283,11 @@ func TestSNSEnvelopeKeysFauxqs(t *testing.T) {
 	}
 }
 
-// TestSNSMalformedEnvelopesFauxqs (fauxqs): bodies sent straight to a queue that claim to be SNS
+// TestSNSMalformedEnvelopes (the pass's SQS server): bodies sent straight to a queue that claim to be SNS
 // envelopes and are not usable ones (Message not a string; Type SubscriptionConfirmation) are
 // refused before the handler with an error that says so, retried and dead-lettered; the worker
 // keeps running and applies a good notification sent after them.
-func TestSNSMalformedEnvelopesFauxqs(t *testing.T) {
+func TestSNSMalformedEnvelopes(t *testing.T) {
 	t.Parallel()
 	b := snsSetup(t)
 	s := b.subscribe(t, "warehouse", false)

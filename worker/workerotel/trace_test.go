@@ -81,11 +81,11 @@ func (tr *traced) produce(t *testing.T) (trace.Span, map[string]string) {
 	return span, out
 }
 
-// TestTraceEndToEndGoAws (GoAws, PostgreSQL): an event sent twice with the producer's
+// TestTraceEndToEnd (the pass's SQS server, PostgreSQL): an event sent twice with the producer's
 // traceparent. Both deliveries' spans are children of the producer's span; the first has the
 // inbox claim (fresh), the handler's own span and the commit as children, the second a claim
 // that says duplicate, for the same handler and key. The tree is printed for the README.
-func TestTraceEndToEndGoAws(t *testing.T) {
+func TestTraceEndToEnd(t *testing.T) {
 	t.Parallel()
 	tr := startTraced(t, "orders")
 	send, carried := tr.produce(t)
@@ -165,10 +165,10 @@ func TestTraceEndToEndGoAws(t *testing.T) {
 	}
 }
 
-// TestTraceThroughSNSEnvelopeGoAws (GoAws, PostgreSQL): a message that came through SNS
+// TestTraceThroughSNSEnvelope (the pass's SQS server, PostgreSQL): a message that came through SNS
 // without raw delivery carries the publisher's traceparent inside the envelope's
 // MessageAttributes; the worker unwraps it, and the span continues the publisher's trace.
-func TestTraceThroughSNSEnvelopeGoAws(t *testing.T) {
+func TestTraceThroughSNSEnvelope(t *testing.T) {
 	t.Parallel()
 	tr := startTraced(t, "orders-sns")
 	publish, attrs := tr.produce(t)

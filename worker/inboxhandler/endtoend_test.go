@@ -33,9 +33,9 @@ func (c *counters) Add(k worker.Counter, n int) {
 func (c *counters) Observe(worker.Histogram, time.Duration) {}
 func (c *counters) SetInFlight(int)                         {}
 
-// TestEndToEndGoAws (GoAws): every event sent twice, as two SQS messages; one effect each, the
+// TestEndToEnd (the pass's SQS server): every event sent twice, as two SQS messages; one effect each, the
 // second deliveries counted as duplicates and deleted.
-func TestEndToEndGoAws(t *testing.T) {
+func TestEndToEnd(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	c := srv.Client()
@@ -55,9 +55,9 @@ func TestEndToEndGoAws(t *testing.T) {
 	}
 }
 
-// TestBadKeyGoesToDLQGoAws (GoAws): a message without a key is retried and then dead-lettered,
+// TestBadKeyGoesToDLQ (the pass's SQS server): a message without a key is retried and then dead-lettered,
 // never processed and never silently discarded.
-func TestBadKeyGoesToDLQGoAws(t *testing.T) {
+func TestBadKeyGoesToDLQ(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	c := srv.Client()
@@ -78,8 +78,8 @@ func TestBadKeyGoesToDLQGoAws(t *testing.T) {
 	}
 }
 
-// TestAttributeKeyGoAws (GoAws): the event_id attribute wins over the body's id.
-func TestAttributeKeyGoAws(t *testing.T) {
+// TestAttributeKey (the pass's SQS server): the event_id attribute wins over the body's id.
+func TestAttributeKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	c := srv.Client()
@@ -98,10 +98,10 @@ func TestAttributeKeyGoAws(t *testing.T) {
 	b.checkOnce(t, []string{"attr-1", "body-3"})
 }
 
-// TestStartRefusesShortRetentionGoAws (GoAws): the worker does not start when the inbox would
+// TestStartRefusesShortRetention (the pass's SQS server): the worker does not start when the inbox would
 // forget events the queue (or its DLQ) can still redeliver, when the schema is not migrated, or
 // when the redrive policy's maxReceiveCount is too low to outlast a frozen claim holder.
-func TestStartRefusesShortRetentionGoAws(t *testing.T) {
+func TestStartRefusesShortRetention(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	c := srv.Client()
@@ -149,10 +149,10 @@ func newHandler(ib *inbox.Inbox) (worker.Handler, error) {
 	return inboxhandler.New(ib, "h", nil, func(context.Context, pgx.Tx, *worker.Message) error { return nil })
 }
 
-// TestStartNamesASilentDatabaseGoAws (GoAws, and a local TCP listener standing in for a database
+// TestStartNamesASilentDatabase (the pass's SQS server, and a local TCP listener standing in for a database
 // that accepts connections and never answers): Start gives up after Config.StartTimeout with an
 // error that names the database, instead of hanging.
-func TestStartNamesASilentDatabaseGoAws(t *testing.T) {
+func TestStartNamesASilentDatabase(t *testing.T) {
 	t.Parallel()
 	addr := sqstest.SilentEndpoint(t)
 	pool, err := pgxpool.New(t.Context(), "postgres://app@"+addr+"/orders")

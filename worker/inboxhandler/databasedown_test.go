@@ -13,11 +13,11 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
-// TestDatabaseDownFake (fake SQS, real PostgreSQL that the test stops): while the database is
+// TestDatabaseDown (fake SQS, real PostgreSQL that the test stops): while the database is
 // down the pollers pause and probe with single messages, so the outage sends nothing to the DLQ;
 // when it is back every event has exactly one effect. Not parallel: it stops the package's
 // server.
-func TestDatabaseDownFake(t *testing.T) {
+func TestDatabaseDown(t *testing.T) {
 	if !db.Owned() {
 		t.Fatalf("this test stops PostgreSQL and needs the throwaway cluster; unset TEST_DATABASE_URL")
 	}

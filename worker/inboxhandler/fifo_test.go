@@ -21,24 +21,13 @@ import (
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
-// The tests in this file run FIFO queues through the real inbox. They need fauxqs: GoAws's FIFO
-// queues are unreliable (order across groups, content-based deduplication ignored, a group locked
-// for good after a visibility change to 0), so on GoAws the FIFO behaviour is tested on the fake.
-// They skip on any other server, saying why. Each is named ...Fauxqs.
+// The tests in this file run FIFO queues through the real inbox. Each declares the features it
+// needs (sqstest.FIFO, sqstest.ContentDedup): they run on fauxqs and on LocalStack or SQS, and
+// skip on GoAws, whose FIFO queues are unreliable, saying why.
 //
 // fauxqs returns at most one message per group per receive, so a message held behind the running
 // head of its group in one receive cannot be produced here: that stays on the fake
-// (TestFIFOReleaseBehindFailureFake, TestFIFOHeldMessagesKeepTheirLeaseFake in ../).
-
-// needFauxqs skips t unless the tests run against fauxqs.
-func needFauxqs(t *testing.T, why string) {
-	t.Helper()
-	if srv.Kind != sqstest.KindFauxqs {
-		t.Skipf("needs fauxqs: %s (this pass runs against %s)", why, srv.Kind)
-	}
-}
-
-const fifoReason = "GoAws's FIFO queues are unreliable (order across groups, content-based deduplication, group locks)"
+// (TestFIFOReleaseBehindFailure, TestFIFOHeldMessagesKeepTheirLease in ../).
 
 // groupRecorder is the harness's SQS client with a record of FIFO group locking as the server
 // shows it: a message of a group returned by a receive while another message of that group had
@@ -172,14 +161,14 @@ func setupOrdered(t *testing.T) *bundle {
 	return b
 }
 
-// TestFIFOInboxFauxqs (fauxqs) is TestFIFOFake through the real inbox: four groups of eight
+// TestFIFOInbox (the pass's SQS server) is TestFIFO through the real inbox: four groups of eight
 // events on a FIFO queue; the fourth event of each group fails once (its effect rolls back with
 // its claim) and is retried after a 1 s backoff. Each event has exactly one effect, the effects
 // of each group are written in the order sent (the retried one before those after it), groups run
 // in parallel, and the server never delivers a message of a group while another of that group is
 // received and not deleted. It needs fauxqs: GoAws's FIFO queues are unreliable.
-func TestFIFOInboxFauxqs(t *testing.T) {
-	needFauxqs(t, fifoReason)
+func TestFIFOInbox(t *testing.T) {
+	srv.Need(t, sqstest.FIFO)
 	t.Parallel()
 	const groups, per = 4, 8
 	b := setupOrdered(t)
@@ -247,13 +236,13 @@ func TestFIFOInboxFauxqs(t *testing.T) {
 	sqstest.WaitCount(t, rec, q.DLQURL, 0, time.Second)
 }
 
-// TestFIFOGroupLockFauxqs (fauxqs): while the head of group g0 is in flight, held by its handler
+// TestFIFOGroupLock (the pass's SQS server): while the head of group g0 is in flight, held by its handler
 // for more than two visibility timeouts (its lease extended by the heartbeat), no other message of
 // g0 is delivered, though the worker has free slots and drains the two other groups meanwhile.
 // When the head commits, the rest of g0 follows in order; each event has one effect. It needs
 // fauxqs: GoAws's FIFO queues are unreliable.
-func TestFIFOGroupLockFauxqs(t *testing.T) {
-	needFauxqs(t, fifoReason)
+func TestFIFOGroupLock(t *testing.T) {
+	srv.Need(t, sqstest.FIFO)
 	t.Parallel()
 	const groups, per = 3, 4
 	const vis = 2 * time.Second
@@ -337,7 +326,7 @@ func TestFIFOGroupLockFauxqs(t *testing.T) {
 	rec.checkNoViolations(t)
 }
 
-// TestFIFODeduplicationFauxqs (fauxqs): the server's five-minute deduplication comes before the
+// TestFIFODeduplication (the pass's SQS server): the server's five-minute deduplication comes before the
 // inbox, and the inbox catches what it cannot. On a FIFO queue with content-based deduplication:
 // a message sent twice with the same MessageDeduplicationId is stored once (the second send
 // answers with the first's MessageId), and so is one sent twice with the same body and no
@@ -345,8 +334,8 @@ func TestFIFOGroupLockFauxqs(t *testing.T) {
 // deduplication id for the same event_id is stored and delivered, and the inbox makes it a
 // duplicate. Each event has one effect. It needs fauxqs: GoAws ignores content-based
 // deduplication, and its FIFO queues are unreliable.
-func TestFIFODeduplicationFauxqs(t *testing.T) {
-	needFauxqs(t, "GoAws ignores content-based deduplication and answers a deduplicated send with a new MessageId")
+func TestFIFODeduplication(t *testing.T) {
+	srv.Need(t, sqstest.FIFO, sqstest.ContentDedup)
 	t.Parallel()
 	b := setup(t, nil)
 	c := srv.Client()
