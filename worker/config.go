@@ -48,9 +48,8 @@ const (
 
 // Limits that SQS sets.
 const (
-	// MaxVisibility is the longest visibility timeout, and the longest one delivery of a message
-	// can stay invisible, counted from the ReceiveMessage request that returned it (each receive
-	// starts its own 12 hours; extensions cannot reach past them).
+	// MaxVisibility is SQS's 12-hour cap: the longest visibility timeout, and the longest one
+	// delivery can stay invisible (docs/how-it-works.md, "Leases and SQS's 12-hour cap"; lease.go).
 	MaxVisibility = 12 * time.Hour
 	// MaxWaitTime is the longest long-poll wait.
 	MaxWaitTime = 20 * time.Second
@@ -146,13 +145,13 @@ type Config struct {
 
 	// VisibilityTimeout is the visibility timeout asked for on receive, and the extension of each
 	// heartbeat (every third of it, from the receive until the message is settled or released;
-	// a message waiting for its turn is covered as a running one is). An extension never reaches
-	// past SQS's 12-hour cap counted from the receive that delivered the message; when it cannot
-	// extend (the cap is near, or the receipt handle is gone) the handler's context is cancelled
-	// with [ErrLeaseLost], so its work rolls back. A failed extension is retried with exponential
-	// backoff and jitter, from one second up to the interval, with a last try before the lease's
-	// final two seconds; the first failure in a row is logged as a warning, the others at debug
-	// level. Whole seconds, up to 12 h. 0 means the queue's own; negative is an error.
+	// a message waiting for its turn is covered as a running one is). When the heartbeat cannot
+	// extend (SQS's 12-hour cap is near: see [MaxVisibility]; or the receipt handle is gone) the
+	// handler's context is cancelled with [ErrLeaseLost], so its work rolls back. A failed
+	// extension is retried with exponential backoff and jitter, from one second up to the
+	// interval, with a last try before the lease's final two seconds; the first failure in a row
+	// is logged as a warning, the others at debug level. Whole seconds, up to 12 h. 0 means the
+	// queue's own; negative is an error.
 	VisibilityTimeout time.Duration
 
 	// HandlerTimeout is how long a handler may run before its context is cancelled with

@@ -351,7 +351,7 @@ func (d *delivery) settle(err, cause error) {
 }
 
 // visibilitySeconds turns a delay into a visibility timeout that SQS accepts for m: whole seconds
-// (rounded up), not past 12 hours from the receive that delivered it.
+// (rounded up), not past leaseCap (the 12-hour cap: see lease.go).
 func visibilitySeconds(m *Message, d time.Duration, now time.Time) int32 {
 	left := max(leaseCap(m).Sub(now), 0)
 	d = clampDur(d, 0, left)

@@ -32,8 +32,8 @@
 // # Long handlers and held messages
 //
 // The lease's heartbeat extends the visibility every third of the visibility timeout, never past
-// SQS's 12-hour cap counted from the receive that delivered the message; when it cannot, the
-// handler is cancelled with [ErrLeaseLost] (Config.VisibilityTimeout says more).
+// SQS's 12-hour cap ([MaxVisibility]); when it cannot, the handler is cancelled with
+// [ErrLeaseLost] (Config.VisibilityTimeout says more).
 //
 // # FIFO queues
 //

@@ -42,8 +42,7 @@ func (w *Worker) poll(id int) {
 		if n == 0 {
 			continue
 		}
-		// SQS counts the 12-hour cap of these deliveries from when it takes this request, which
-		// is after this moment.
+		// The deliveries' 12-hour cap is counted from here (the 12-hour cap: see lease.go).
 		requested, sent := w.e.now(), time.Now()
 		out, err := w.client.ReceiveMessage(w.recvCtx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    &w.queue.URL,

@@ -20,6 +20,21 @@ import (
 // not started. A failed extension is retried with exponential backoff and jitter from
 // heartbeatRetry up to the interval, always leaving a last try before the lease ends; the first
 // failure of a run is logged as a warning, the rest at debug level.
+//
+// SQS's 12-hour cap. SQS keeps a received message invisible for at most 12 hours
+// ([MaxVisibility]), counted from the moment it took the ReceiveMessage request that delivered it:
+// no visibility timeout is longer, and a ChangeMessageVisibility that would keep the message
+// invisible past that moment plus 12 hours is refused (InvalidParameterValue). Each receive starts
+// its own 12 hours; the message's first receive ever (ApproximateFirstReceiveTimestamp,
+// Message.FirstReceived) does not matter. The worker cannot know when SQS took the request, so it
+// counts from Message.Received, the local time taken just before the ReceiveMessage call, which is
+// no later (a long poll returns up to 20 s after it), and stays capMargin (5 s) short of that, for
+// clock skew and the call's own travel: leaseCap. Every visibility change the worker asks for
+// stays inside it: each extension here, and each delayed redelivery (a retry's delay, a delayed
+// release: visibilitySeconds). Once less than a second is left, the heartbeat cannot extend and
+// the lease is lost; the message comes back with a new receive and a new 12 hours. The clock (now)
+// is the worker's, which tests move to reach the cap without waiting. Other comments point here
+// ("the 12-hour cap: see lease.go"); docs/how-it-works.md explains the cap to users.
 type lease struct {
 	sw  *sqsWriter
 	m   *Message         // for its receipt handle and receive time

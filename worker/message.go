@@ -22,13 +22,11 @@ type Message struct {
 	// report 1.
 	ReceiveCount int
 	// FirstReceived is ApproximateFirstReceiveTimestamp, the message's first receive ever, or the
-	// local time of this receive when the queue does not report it. It is for information: SQS
-	// counts its 12-hour visibility cap from each receive, not from the first.
+	// local time of this receive when the queue does not report it. It is for information only:
+	// SQS's 12-hour cap does not count from it ([MaxVisibility]).
 	FirstReceived time.Time
 	// Received is the local time taken just before the ReceiveMessage call that returned this
-	// delivery. SQS's 12-hour visibility cap counts from the moment it took that request, which
-	// is no earlier than this (a long poll can return up to 20 s after it), so the worker counts
-	// the cap from here and always stays inside it.
+	// delivery; the worker counts this delivery's 12-hour cap from it ([MaxVisibility]).
 	Received time.Time
 	// GroupID is the MessageGroupId on a FIFO queue, else empty.
 	GroupID string
@@ -82,6 +80,6 @@ func newMessage(sm *types.Message, requested time.Time) *Message {
 	return m
 }
 
-// leaseCap is the latest time m may stay invisible: 12 hours from this delivery's receive, less a
-// margin for clock skew and the call's own travel.
+// leaseCap is the latest time m may stay invisible: MaxVisibility from m.Received, less capMargin
+// (the 12-hour cap: see lease.go).
 func leaseCap(m *Message) time.Time { return m.Received.Add(MaxVisibility - capMargin) }

@@ -44,9 +44,9 @@ func (e *RetryError) Error() string {
 func (e *RetryError) Unwrap() error { return e.Err }
 
 // RetryAfter is returned by a handler to have the message delivered again after d instead of
-// after the backoff. d is rounded up to whole seconds and capped at 12 hours (and at SQS's
-// 12-hour limit from the receive that delivered it). The message's receive count still grows, so the queue's
-// redrive policy still applies.
+// after the backoff. d is rounded up to whole seconds and capped by SQS's 12-hour cap
+// ([MaxVisibility]). The message's receive count still grows, so the queue's redrive policy still
+// applies.
 func RetryAfter(d time.Duration) error { return &RetryError{After: d} }
 
 // BlockedError is the result of [RetryBlocked].

@@ -27,7 +27,7 @@ const (
 	shortPollIdle = 200 * time.Millisecond
 	// callTimeout bounds each visibility and delete call.
 	callTimeout = 15 * time.Second
-	// capMargin keeps every visibility request clear of the 12-hour cap.
+	// capMargin keeps every visibility request clear of the 12-hour cap (see lease.go).
 	capMargin = 5 * time.Second
 	// gatherWait is how long a poller holding some free slots waits for more before it receives.
 	gatherWait = 5 * time.Millisecond

@@ -45,9 +45,8 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// MaxVisibility is SQS's cap: no visibility timeout is longer, and a delivery cannot stay
-// invisible past 12 hours from the moment SQS took the ReceiveMessage request that made it. Each
-// receive starts its own 12 hours; the message's first receive ever does not matter.
+// MaxVisibility is SQS's 12-hour visibility cap, which the fake enforces for each receive as SQS
+// does (the 12-hour cap: see worker/lease.go).
 const MaxVisibility = 12 * time.Hour
 
 // Error returns an API error with the given code, as the SDK returns for SQS error responses.
@@ -179,8 +178,8 @@ func (f *Fake) CreateQueue(o QueueOptions) string {
 func (f *Fake) now() time.Time { return time.Now().Add(f.offset) }
 
 // AgeFirstReceive moves the first receive of every message of the queue (received or not) back by
-// d, as if it had been first received d ago. It changes ApproximateFirstReceiveTimestamp only: the
-// 12-hour cap counts from each receive, not from the first.
+// d, as if it had been first received d ago. It changes ApproximateFirstReceiveTimestamp only, not
+// the 12-hour cap ([MaxVisibility]).
 func (f *Fake) AgeFirstReceive(queueURL string, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -335,7 +334,7 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 	}
 	deadline := time.Now().Add(time.Duration(in.WaitTimeSeconds) * time.Second)
 	f.mu.Lock()
-	requested := f.now() // SQS counts a delivery's 12 hours from when it took the request
+	requested := f.now() // this delivery's 12-hour cap counts from here (see worker/lease.go)
 	q, err := f.begin("ReceiveMessage", aws.ToString(in.QueueUrl), in)
 	if err != nil {
 		f.mu.Unlock()
