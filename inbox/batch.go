@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
 )
@@ -54,6 +55,8 @@ type Item struct {
 	// [ErrTimeout], and the item fails with an error wrapping it (also when Fn returns nil after
 	// it). 0 means no bound of its own.
 	Timeout time.Duration
+	// Delivery is how the event arrived, recorded with its claim (see [Delivery]).
+	Delivery Delivery
 	// Fn is the work for the event, as for [Inbox.Run], except that its transaction is shared with
 	// the other items of the batch: see [Inbox.RunBatch].
 	Fn Func
@@ -342,13 +345,22 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 		return cmp.Or(strings.Compare(x.handler, y.handler), strings.Compare(x.key, y.key))
 	})
 	handlers, keys := make([]string, len(claims)), make([]string, len(claims))
+	srcs, ids, counts, traces := make([]pgtype.Int4, len(claims)), make([]pgtype.UUID, len(claims)),
+		make([]pgtype.Int2, len(claims)), make([][]byte, len(claims))
 	for j, c := range claims {
 		handlers[j], keys[j] = c.handler, c.key
+		d, err := r.ib.deliveryArgs(r.ctx, r.items[a.owner[c]].Delivery)
+		if err != nil {
+			err = claimError(r.ctx, err)
+			r.endClaims(err)
+			return err
+		}
+		srcs[j], ids[j], counts[j], traces[j] = d.source, d.messageID, d.receiveCount, d.traceID
 	}
 	a.fresh = make(map[pair]bool, len(claims))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(r.ib.sql.batchClaim, handlers, keys).Query(func(rows pgx.Rows) error {
+	b.Queue(r.ib.sql.batchClaim, handlers, keys, srcs, ids, counts, traces).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var p pair
 			if err := rows.Scan(&p.handler, &p.key); err != nil {

@@ -82,6 +82,11 @@ type Config struct {
 	// milliseconds; 0 means DefaultIdleInTransactionTimeout (1 min); negative is an error.
 	IdleInTransactionTimeout time.Duration
 
+	// Instance names this process in the rows it writes (see [Delivery]): the worker's instance an
+	// operator sees in `sqsinbox events show`. Empty means [DefaultInstance]: the ECS task's ARN
+	// in an ECS task, else the hostname.
+	Instance string
+
 	// Hooks, when set, observe each claim and commit of [Inbox.Run] and [Inbox.RunTx] (the
 	// workerotel package makes spans of them). nil means none, at no cost.
 	Hooks *Hooks
@@ -93,6 +98,7 @@ type Inbox struct {
 	cfg      Config
 	sql      statements
 	migrator *migrate.Migrator
+	sources  sources
 }
 
 type statements struct {
@@ -138,7 +144,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		migrator: mg,
 		sql: statements{
 			claim: "INSERT INTO " + sqlident.Quote(c.Schema, "processed_messages") +
-				" (handler, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+				" (handler, event_id, " + deliveryColumns + ") VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
 			boundedClaim: boundedClaim(c),
 			batchClaim:   batchClaim(c),
 			unclaim: "DELETE FROM " + sqlident.Quote(c.Schema, "processed_messages") +
@@ -160,13 +166,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 func boundedClaim(c Config) string {
 	return fmt.Sprintf("WITH s AS (SELECT current_setting('lock_timeout') AS lock_timeout, "+
 		"set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)) "+
-		"INSERT INTO %s (handler, event_id) SELECT $1, $2 FROM s ON CONFLICT DO NOTHING "+
+		"INSERT INTO %s (handler, event_id, "+deliveryColumns+") SELECT $1, $2, $3, $4, $5, $6 FROM s ON CONFLICT DO NOTHING "+
 		"RETURNING (SELECT set_config('lock_timeout', s.lock_timeout, true) FROM s)",
 		c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), sqlident.Quote(c.Schema, "processed_messages"))
 }
 
-// batchClaim is boundedClaim for RunBatch: the claims come as two arrays (handlers and keys) and
-// are inserted in byte order, so that every batch takes its claims' locks in the same order, and it
+// batchClaim is boundedClaim for RunBatch: the claims come as arrays (handlers, keys, and their
+// deliveries' columns) and are inserted in byte order, so that every batch takes its claims' locks in the same order, and it
 // returns the claims it inserted. The lock wait cannot be reset in RETURNING here (that would run
 // after the first row, before the others' waits), so the CTE keeps its old value in
 // sqsinbox.lock_timeout, a setting of the transaction's own, and resetLockTimeout, queued right
@@ -174,10 +180,14 @@ func boundedClaim(c Config) string {
 func batchClaim(c Config) string {
 	return fmt.Sprintf("WITH s AS (SELECT set_config('sqsinbox.lock_timeout', current_setting('lock_timeout'), true), "+
 		"set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true)) "+
-		"INSERT INTO %s (handler, event_id) SELECT u.h, u.k FROM s, unnest($1::text[], $2::text[]) AS u(h, k) "+
+		"INSERT INTO %s (handler, event_id, "+deliveryColumns+") SELECT u.h, u.k, u.s, u.m, u.r, u.t "+
+		"FROM s, unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::int2[], $6::bytea[]) AS u(h, k, s, m, r, t) "+
 		"ORDER BY u.h COLLATE \"C\", u.k COLLATE \"C\" ON CONFLICT DO NOTHING RETURNING handler, event_id",
 		c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), sqlident.Quote(c.Schema, "processed_messages"))
 }
+
+// deliveryColumns are the columns of a claim's [Delivery], bound after the handler and the key.
+const deliveryColumns = "source, message_id, receive_count, trace_id"
 
 // resetLockTimeout follows batchClaim.
 const resetLockTimeout = "SELECT set_config('lock_timeout', current_setting('sqsinbox.lock_timeout'), true)"

@@ -3,22 +3,52 @@ package inbox
 import (
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
 // ProcessedEvent is one row of the inbox: handler Handler applied event EventID, and its transaction
-// committed at about SeenAt (the database's clock when the claim was made).
+// committed at about SeenAt (the database's clock when the claim was made). The rest is the
+// claim's [Delivery] and the instance that made it; each is empty where the claim did not record
+// it (a row written before migration 0004, or a caller that passed no Delivery).
 type ProcessedEvent struct {
-	Handler string    `json:"handler"`
-	EventID string    `json:"event_id"`
-	SeenAt  time.Time `json:"seen_at"`
+	Handler      string    `json:"handler"`
+	EventID      string    `json:"event_id"`
+	SeenAt       time.Time `json:"seen_at"`
+	MessageID    string    `json:"message_id,omitempty"`
+	Queue        string    `json:"queue,omitempty"`
+	Instance     string    `json:"instance,omitempty"`
+	ReceiveCount int       `json:"receive_count,omitempty"`
+	TraceID      string    `json:"trace_id,omitempty"`
+}
+
+// eventColumns reads a ProcessedEvent from processed_messages p left-joined to inbox_sources src.
+const eventColumns = "p.handler, p.event_id, p.seen_at, p.message_id, src.queue, src.instance, p.receive_count, p.trace_id"
+
+func scanEvents(rows pgx.Rows) ([]ProcessedEvent, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ProcessedEvent, error) {
+		var (
+			e               ProcessedEvent
+			id              pgtype.UUID
+			queue, instance pgtype.Text
+			count           pgtype.Int2
+			trace           []byte
+		)
+		err := row.Scan(&e.Handler, &e.EventID, &e.SeenAt, &id, &queue, &instance, &count, &trace)
+		e.MessageID, e.Queue, e.Instance, e.ReceiveCount = formatUUID(id), queue.String, instance.String, int(count.Int16)
+		if trace != nil {
+			e.TraceID = hex.EncodeToString(trace)
+		}
+		return e, err
+	})
 }
 
 // Lookup returns every handler that has processed the event with key key, by handler name; none
@@ -37,12 +67,13 @@ func (ib *Inbox) Lookup(ctx context.Context, key string) ([]ProcessedEvent, erro
   UNION ALL
   SELECT (SELECT handler FROM ` + t + ` WHERE handler > h.name ORDER BY handler LIMIT 1) FROM h WHERE h.name IS NOT NULL
 )
-SELECT p.handler, p.event_id, p.seen_at FROM h JOIN ` + t + ` p ON p.handler = h.name AND p.event_id = $1 ORDER BY p.handler`
+SELECT ` + eventColumns + ` FROM h JOIN ` + t + ` p ON p.handler = h.name AND p.event_id = $1
+LEFT JOIN ` + sqlident.Quote(ib.cfg.Schema, "inbox_sources") + ` src ON src.id = p.source ORDER BY p.handler`
 	rows, err := ib.pool.Query(ctx, q, key)
 	if err != nil {
 		return nil, lookupError(ib.cfg.Schema, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ProcessedEvent])
+	out, err := scanEvents(rows)
 	if err != nil {
 		return nil, lookupError(ib.cfg.Schema, err)
 	}
@@ -88,15 +119,16 @@ func (ib *Inbox) List(ctx context.Context, o ListOptions) ([]ProcessedEvent, str
 		afterAt, afterID = &c.At, c.ID
 	}
 	since, until := nullTime(o.Since), nullTime(o.Until)
-	q := `SELECT handler, event_id, seen_at FROM ` + sqlident.Quote(ib.cfg.Schema, "processed_messages") + `
-WHERE handler = $1 AND ($2::timestamptz IS NULL OR seen_at >= $2) AND ($3::timestamptz IS NULL OR seen_at < $3)
-  AND ($4::timestamptz IS NULL OR (seen_at, event_id) > ($4, $5))
-ORDER BY seen_at, event_id LIMIT $6`
+	q := `SELECT ` + eventColumns + ` FROM ` + sqlident.Quote(ib.cfg.Schema, "processed_messages") + ` p
+LEFT JOIN ` + sqlident.Quote(ib.cfg.Schema, "inbox_sources") + ` src ON src.id = p.source
+WHERE p.handler = $1 AND ($2::timestamptz IS NULL OR p.seen_at >= $2) AND ($3::timestamptz IS NULL OR p.seen_at < $3)
+  AND ($4::timestamptz IS NULL OR (p.seen_at, p.event_id) > ($4, $5))
+ORDER BY p.seen_at, p.event_id LIMIT $6`
 	rows, err := ib.pool.Query(ctx, q, o.Handler, since, until, afterAt, afterID, limit+1)
 	if err != nil {
 		return nil, "", lookupError(ib.cfg.Schema, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ProcessedEvent])
+	out, err := scanEvents(rows)
 	if err != nil {
 		return nil, "", lookupError(ib.cfg.Schema, err)
 	}

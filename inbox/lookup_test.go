@@ -88,3 +88,89 @@ func TestLookupAndList(t *testing.T) {
 		t.Errorf("Lookup on an unmigrated schema = %v, want ErrNotMigrated", err)
 	}
 }
+
+// TestDeliveryRecorded (real PostgreSQL): what Run, RunTx and RunBatch are told of each event's
+// delivery is in its row, and Lookup and List return it with the inbox's instance: the SQS message
+// id, the queue, the receive count and the trace. A message id that is not a UUID, or a trace id
+// that is not 32 hex digits, is not recorded; an event claimed without a Delivery has only the
+// instance; two inboxes with different instances record each their own.
+func TestDeliveryRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &inbox.Config{Instance: "task-a"})
+	ctx := t.Context()
+	const id1, trace1 = "5b1c2e0a-8f3d-4c2b-9a7e-1d2c3b4a5f60", "4bf92f3577b34da6a3ce929d0e0e4736"
+	d := inbox.Delivery{MessageID: id1, Queue: "orders", ReceiveCount: 3, TraceID: trace1}
+	if _, err := b.ib.Run(inbox.WithDelivery(ctx, d), "warehouse", "evt_run", b.record(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ib.Run(ctx, "warehouse", "evt_bare", b.record(nil)); err != nil {
+		t.Fatal(err)
+	}
+	bad := inbox.Delivery{MessageID: "not-a-uuid", Queue: "orders", ReceiveCount: 1, TraceID: "xyz"}
+	if _, err := b.ib.Run(inbox.WithDelivery(ctx, bad), "warehouse", "evt_bad", b.record(nil)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ib.RunTx(inbox.WithDelivery(ctx, d), tx, "loyalty", "evt_run", b.record(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := inbox.New(b.pool, &inbox.Config{Schema: b.schema, Instance: "task-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id2 = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	items := []inbox.Item{
+		{Handler: "billing", Key: "evt_run", Fn: b.record(nil), Delivery: inbox.Delivery{MessageID: id2, Queue: "orders-fifo.fifo", ReceiveCount: 2}},
+		{Handler: "billing", Key: "evt_batch", Fn: b.record(nil), Delivery: inbox.Delivery{MessageID: id1, Queue: "orders", ReceiveCount: 1, TraceID: trace1}},
+	}
+	for i, r := range must(other.RunBatch(ctx, items, nil)) {
+		if r.Err != nil || r.Outcome != inbox.Processed {
+			t.Fatalf("batch item %d: %v, %v", i, r.Outcome, r.Err)
+		}
+	}
+
+	got, err := b.ib.Lookup(ctx, "evt_run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []inbox.ProcessedEvent{
+		{Handler: "billing", EventID: "evt_run", MessageID: id2, Queue: "orders-fifo.fifo", Instance: "task-b", ReceiveCount: 2},
+		{Handler: "loyalty", EventID: "evt_run", MessageID: id1, Queue: "orders", Instance: "task-a", ReceiveCount: 3, TraceID: trace1},
+		{Handler: "warehouse", EventID: "evt_run", MessageID: id1, Queue: "orders", Instance: "task-a", ReceiveCount: 3, TraceID: trace1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Lookup(evt_run) = %+v; want %+v", got, want)
+	}
+	for i := range want {
+		got[i].SeenAt = time.Time{}
+		if got[i] != want[i] {
+			t.Errorf("Lookup(evt_run)[%d] = %+v; want %+v", i, got[i], want[i])
+		}
+	}
+	page, _, err := b.ib.List(ctx, inbox.ListOptions{Handler: "warehouse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]inbox.ProcessedEvent{}
+	for _, p := range page {
+		p.SeenAt = time.Time{}
+		byKey[p.EventID] = p
+	}
+	if p := byKey["evt_bare"]; p != (inbox.ProcessedEvent{Handler: "warehouse", EventID: "evt_bare", Instance: "task-a"}) {
+		t.Errorf("an event claimed without a Delivery lists as %+v; want the instance only", p)
+	}
+	if p := byKey["evt_bad"]; p != (inbox.ProcessedEvent{Handler: "warehouse", EventID: "evt_bad", Queue: "orders", Instance: "task-a", ReceiveCount: 1}) {
+		t.Errorf("an event with a malformed message id and trace lists as %+v; want neither recorded", p)
+	}
+	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.inbox_sources`); n != 4 {
+		t.Errorf("%d sources recorded; want 4: (orders, task-a), (\"\", task-a), (orders-fifo.fifo, task-b), (orders, task-b)", n)
+	}
+}
+
+func must[T, S any](v T, _ S) T { return v }

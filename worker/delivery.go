@@ -38,6 +38,7 @@ type engine struct {
 	cfg       *Config
 	work      context.Context // handlers' contexts descend from it; a hard stop cancels it
 	vis       time.Duration   // the visibility timeout in force
+	queue     string          // the queue's name, for Message.Queue
 	sw        *sqsWriter
 	del       *deleter
 	slots     *semaphore.Weighted
@@ -61,6 +62,7 @@ type engine struct {
 // running one is.
 func (e *engine) receive(sm *types.Message, requested, arrived time.Time) *delivery {
 	m := newMessage(sm, requested)
+	m.Queue = e.queue
 	d := &delivery{e: e, m: m, arrived: arrived, held: true}
 	d.refused = UnwrapSNS(m, e.cfg.SNS)
 	d.lease = startLease(e.sw, m, e.vis, e.now, e.cfg.MaxHold)

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -9,6 +10,8 @@ import (
 
 // Message is one received SQS message, as a handler sees it.
 type Message struct {
+	// Queue is the name of the queue the message came from.
+	Queue string
 	// ID is the SQS MessageId. A producer retry or a DLQ redrive gives the same event a new one,
 	// so it is not a safe deduplication key on its own.
 	ID string
@@ -37,6 +40,36 @@ type Message struct {
 	// SNS is the SNS metadata when the message arrived in an SNS notification envelope (see
 	// Config.SNS); Body and Attributes are then the published ones. nil otherwise.
 	SNS *SNSNotification
+}
+
+// TraceID returns the trace the message carried, as 32 lowercase hex digits, or "" when it carried
+// none: the message attribute traceparent (W3C trace context, version 00), else the system
+// attribute AWSTraceHeader's Root (X-Ray's trace id, whose two parts make the 32 digits, as
+// OpenTelemetry's X-Ray propagator reads them). It does not check that the trace is sampled.
+func (m *Message) TraceID() string {
+	if tp, ok := m.Attribute("traceparent"); ok {
+		// 00-<32 hex: trace id>-<16 hex: parent id>-<2 hex: flags>
+		if len(tp) >= 55 && tp[:3] == "00-" && tp[35] == '-' && isHex(tp[3:35]) && tp[3:35] != strings.Repeat("0", 32) {
+			return strings.ToLower(tp[3:35])
+		}
+	}
+	for field := range strings.SplitSeq(m.SystemAttributes["AWSTraceHeader"], ";") {
+		// Root=1-<8 hex: epoch seconds>-<24 hex>
+		if v, ok := strings.CutPrefix(strings.TrimSpace(field), "Root="); ok && len(v) == 35 && v[:2] == "1-" && v[10] == '-' &&
+			isHex(v[2:10]) && isHex(v[11:]) {
+			return strings.ToLower(v[2:10] + v[11:])
+		}
+	}
+	return ""
+}
+
+func isHex(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // Attribute returns the string value of the message attribute name (a String or Number

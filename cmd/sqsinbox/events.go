@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -123,9 +126,9 @@ func showEvent(ctx context.Context, e env, ib *inbox.Inbox, key, handler string,
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "HANDLER\tEVENT\tSEEN AT\n")
+	fmt.Fprintf(tw, "HANDLER\tEVENT\tSEEN AT\tQUEUE\tMESSAGE\tRECEIVE\tINSTANCE\tTRACE\n")
 	for _, p := range found {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Handler, p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Handler, p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano), deliveryCells(p))
 	}
 	return tw.Flush()
 }
@@ -145,9 +148,9 @@ func listEvents(ctx context.Context, e env, ib *inbox.Inbox, o inbox.ListOptions
 		return json.NewEncoder(e.stdout).Encode(map[string]any{"events": page, "next": next})
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "EVENT\tSEEN AT\n")
+	fmt.Fprintf(tw, "EVENT\tSEEN AT\tQUEUE\tMESSAGE\tRECEIVE\tINSTANCE\tTRACE\n")
 	for _, p := range page {
-		fmt.Fprintf(tw, "%s\t%s\n", p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano), deliveryCells(p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -159,4 +162,13 @@ func listEvents(ctx context.Context, e env, ib *inbox.Inbox, o inbox.ListOptions
 		fmt.Fprintf(e.stdout, "%d events; the last page\n", len(page))
 	}
 	return nil
+}
+
+// deliveryCells are the columns of where an event came from, "-" where the row has none.
+func deliveryCells(p inbox.ProcessedEvent) string {
+	count := "-"
+	if p.ReceiveCount > 0 {
+		count = strconv.Itoa(p.ReceiveCount)
+	}
+	return strings.Join([]string{cmp.Or(p.Queue, "-"), cmp.Or(p.MessageID, "-"), count, cmp.Or(p.Instance, "-"), cmp.Or(p.TraceID, "-")}, "\t")
 }

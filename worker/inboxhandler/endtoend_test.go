@@ -34,13 +34,19 @@ func (c *counters) Observe(worker.Histogram, time.Duration) {}
 func (c *counters) SetInFlight(int)                         {}
 
 // TestEndToEnd (the pass's SQS server): every event sent twice, as two SQS messages; one effect each, the
-// second deliveries counted as duplicates and deleted.
+// second deliveries counted as duplicates and deleted. Each event's inbox row records the
+// delivery that applied it: its message id (one of the event's two), the queue, the receive
+// count, the inbox's instance, and the trace id of the traceparent the message carried.
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setup(t, &inbox.Config{Instance: "e2e-task"})
 	c := srv.Client()
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "e2e", MaxReceiveCount: 5})
 	ids, msgs := events(300)
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for i := range msgs {
+		msgs[i].Attributes = map[string]string{"traceparent": "00-" + trace + "-00f067aa0ba902b7-01"}
+	}
 	if err := sqstest.Send(t.Context(), c, q.URL, append(msgs, msgs...)); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +58,14 @@ func TestEndToEnd(t *testing.T) {
 	b.checkOnce(t, ids)
 	if p, d := met.processed.Load(), met.duplicates.Load(); p != 300 || d != 300 {
 		t.Errorf("processed %d, duplicates %d; want 300 and 300", p, d)
+	}
+	got, err := b.ib.Lookup(t.Context(), ids[7])
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Lookup(%s) = %+v, %v; want one row", ids[7], got, err)
+	}
+	e := got[0]
+	if len(e.MessageID) != 36 || e.Queue != q.Name || e.ReceiveCount < 1 || e.Instance != "e2e-task" || e.TraceID != trace {
+		t.Errorf("the row of %s records %+v; want a message id, queue %s, a receive count, instance e2e-task, trace %s", ids[7], e, q.Name, trace)
 	}
 }
 

@@ -59,10 +59,15 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	if err != nil {
 		return fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
 	}
-	out, err := h.ib.Run(ctx, h.name, key, func(ctx context.Context, tx pgx.Tx) error {
+	out, err := h.ib.Run(inbox.WithDelivery(ctx, delivery(m)), h.name, key, func(ctx context.Context, tx pgx.Tx) error {
 		return h.fn(ctx, tx, m)
 	})
 	return h.result(ctx, out, err)
+}
+
+// delivery is what the inbox records of m with its claim, for an operator's lookup.
+func delivery(m *worker.Message) inbox.Delivery {
+	return inbox.Delivery{MessageID: m.ID, Queue: m.Queue, ReceiveCount: m.ReceiveCount, TraceID: m.TraceID()}
 }
 
 // result turns the inbox's outcome of one event into the worker's result.
@@ -130,7 +135,7 @@ func handleBatch(ctx context.Context, ib *inbox.Inbox, b *worker.Batch, pick fun
 			continue
 		}
 		hs[i] = h
-		items = append(items, inbox.Item{Handler: h.name, Key: key, Ctx: b.Context(i), Timeout: b.Timeout(),
+		items = append(items, inbox.Item{Handler: h.name, Key: key, Ctx: b.Context(i), Timeout: b.Timeout(), Delivery: delivery(m),
 			Fn: func(ctx context.Context, tx pgx.Tx) error {
 				return b.Run(ctx, i, func(ctx context.Context) error { return h.fn(ctx, tx, m) })
 			}})

@@ -1,0 +1,177 @@
+package inbox
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+)
+
+// Delivery says how an event reached its handler. The inbox records it in the event's row with
+// the claim, for an operator's lookup ([Inbox.Lookup], [Inbox.List], `sqsinbox events show`); it
+// changes nothing else. Every field is optional. The worker's inbox handlers fill it from each
+// SQS message; a caller of [Inbox.Run] passes it with [WithDelivery], a caller of
+// [Inbox.RunBatch] in [Item].Delivery.
+type Delivery struct {
+	// MessageID is the SQS message id. SQS's ids are UUIDs, stored in 16 bytes; an id of another
+	// form is not recorded.
+	MessageID string
+	// Queue is the name of the queue the message came from.
+	Queue string
+	// ReceiveCount is the message's ApproximateReceiveCount: 1 on its first delivery.
+	ReceiveCount int
+	// TraceID is the trace the message carried (W3C trace context, or X-Ray's): 32 hex digits,
+	// stored in 16 bytes; another form is not recorded.
+	TraceID string
+}
+
+type deliveryCtxKey struct{}
+
+// WithDelivery returns ctx carrying d, for [Inbox.Run] and [Inbox.RunTx] to record with the
+// claim.
+func WithDelivery(ctx context.Context, d Delivery) context.Context {
+	return context.WithValue(ctx, deliveryCtxKey{}, d)
+}
+
+func deliveryFrom(ctx context.Context) Delivery {
+	d, _ := ctx.Value(deliveryCtxKey{}).(Delivery)
+	return d
+}
+
+// deliveryArgs are a Delivery as the claim's bound parameters: NULL where a field is absent or
+// not of the form stored.
+type deliveryArgs struct {
+	source       pgtype.Int4
+	messageID    pgtype.UUID
+	receiveCount pgtype.Int2
+	traceID      []byte
+}
+
+func (ib *Inbox) deliveryArgs(ctx context.Context, d Delivery) (deliveryArgs, error) {
+	var a deliveryArgs
+	src, err := ib.sources.id(ctx, ib, d.Queue)
+	if err != nil {
+		return a, err
+	}
+	a.source = pgtype.Int4{Int32: src, Valid: true}
+	if id, ok := parseUUID(d.MessageID); ok {
+		a.messageID = pgtype.UUID{Bytes: id, Valid: true}
+	}
+	if d.ReceiveCount > 0 {
+		a.receiveCount = pgtype.Int2{Int16: int16(min(d.ReceiveCount, 1<<15-1)), Valid: true}
+	}
+	if len(d.TraceID) == 32 {
+		if b, err := hex.DecodeString(d.TraceID); err == nil {
+			a.traceID = b
+		}
+	}
+	return a, nil
+}
+
+// parseUUID reads a UUID in its 36-character text form.
+func parseUUID(s string) ([16]byte, bool) {
+	var id [16]byte
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return id, false
+	}
+	b, err := hex.DecodeString(s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:])
+	if err != nil {
+		return id, false
+	}
+	copy(id[:], b)
+	return id, true
+}
+
+// formatUUID is the text form of a UUID.
+func formatUUID(u pgtype.UUID) string {
+	if !u.Valid {
+		return ""
+	}
+	h := hex.EncodeToString(u.Bytes[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// sources registers each (queue, instance) this process claims from in inbox_sources once, and
+// keeps the ids, so that a claim costs no round trip for it after the first of each queue.
+type sources struct {
+	mu       sync.Mutex
+	instance string // resolved at the first registration
+	ids      map[string]int32
+}
+
+func (s *sources) id(ctx context.Context, ib *Inbox, queue string) (int32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := s.ids[queue]; ok {
+		return id, nil
+	}
+	if s.ids == nil {
+		s.ids = map[string]int32{}
+		s.instance = ib.cfg.Instance
+		if s.instance == "" {
+			s.instance = DefaultInstance(ctx)
+		}
+	}
+	// DO UPDATE, not DO NOTHING: it returns the id of a row another process inserted
+	// concurrently, which DO NOTHING's snapshot would not see.
+	var id int32
+	err := ib.pool.QueryRow(ctx, "INSERT INTO "+sqlident.Quote(ib.cfg.Schema, "inbox_sources")+" (queue, instance) VALUES ($1, $2) "+
+		"ON CONFLICT (queue, instance) DO UPDATE SET queue = EXCLUDED.queue RETURNING id", queue, s.instance).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("recording the source (queue %q, instance %q): %w", queue, s.instance, err)
+	}
+	s.ids[queue] = id
+	return id, nil
+}
+
+// envECSMetadata names the variable ECS sets in every container of a task: the base URL of the
+// task metadata endpoint (version 4).
+const envECSMetadata = "ECS_CONTAINER_METADATA_URI_V4"
+
+// DefaultInstance names this process for [Config.Instance]: the ECS task's ARN when the process
+// runs in an ECS task (read from the task metadata endpoint, within 2 s), else the hostname, else
+// "unknown".
+func DefaultInstance(ctx context.Context) string {
+	if uri := os.Getenv(envECSMetadata); uri != "" {
+		if arn, err := ecsTaskARN(ctx, uri); err == nil && arn != "" {
+			return arn
+		}
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "unknown"
+}
+
+func ecsTaskARN(ctx context.Context, uri string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(uri, "/")+"/task", nil)
+	if err != nil {
+		return "", err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("ECS task metadata: %s", res.Status)
+	}
+	var task struct {
+		TaskARN string `json:"TaskARN"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(nil, res.Body, 1<<20)).Decode(&task); err != nil {
+		return "", err
+	}
+	return task.TaskARN, nil
+}
