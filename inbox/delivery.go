@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -101,21 +103,29 @@ func formatUUID(u pgtype.UUID) string {
 }
 
 // sources registers each (queue, instance) this process claims from in inbox_sources once, and
-// keeps the ids, so that a claim costs no round trip for it after the first of each queue.
+// keeps the ids, so that a claim costs no round trip for it after the first of each queue, and
+// no lock: the map is replaced, never changed, and read without one.
 type sources struct {
-	mu       sync.Mutex
-	instance string // resolved at the first registration
-	ids      map[string]int32
+	ids      atomic.Pointer[map[string]int32]
+	mu       sync.Mutex // serialises registrations
+	instance string     // resolved at the first registration, under mu
 }
 
 func (s *sources) id(ctx context.Context, ib *Inbox, queue string) (int32, error) {
+	if m := s.ids.Load(); m != nil {
+		if id, ok := (*m)[queue]; ok {
+			return id, nil
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if id, ok := s.ids[queue]; ok {
-		return id, nil
-	}
-	if s.ids == nil {
-		s.ids = map[string]int32{}
+	old := map[string]int32{}
+	if m := s.ids.Load(); m != nil {
+		if id, ok := (*m)[queue]; ok {
+			return id, nil
+		}
+		old = *m
+	} else {
 		s.instance = ib.cfg.Instance
 		if s.instance == "" {
 			s.instance = DefaultInstance(ctx)
@@ -129,7 +139,10 @@ func (s *sources) id(ctx context.Context, ib *Inbox, queue string) (int32, error
 	if err != nil {
 		return 0, fmt.Errorf("recording the source (queue %q, instance %q): %w", queue, s.instance, err)
 	}
-	s.ids[queue] = id
+	m := make(map[string]int32, len(old)+1)
+	maps.Copy(m, old)
+	m[queue] = id
+	s.ids.Store(&m)
 	return id, nil
 }
 
