@@ -1,27 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +20,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/internal/exampletest"
+	"github.com/sqsinbox/sqsinbox/internal/reliability"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
 )
@@ -40,15 +31,16 @@ import (
 // with its own Idempotency-Key, and retry it with the same key on any error, timeout, refused
 // connection, 409 or 5xx until it has a final answer (2xx, or the 4xx of a request designed to
 // be rejected); some attempts are cut off by the client after a few milliseconds, as a response
-// lost in a tunnel. An SQS proxy in front of fauxqs counts what the relay publishes and what the
-// worker receives and deletes, and times some of the kills: the API right after a
+// lost in a tunnel. The reliability harness's SQS proxy, in front of fauxqs, counts what the
+// relay publishes and what the worker receives and deletes, and times some of the kills: the API right after a
 // SendMessageBatch stored its entries (before the relay marks them sent: they are published
 // again), the worker right after a receive, or once it committed and before its delete (the
 // copy comes back and the inbox absorbs it). After the clients, the relay and the worker have
 // drained, every accepted request has exactly one payment, one sent outbox row with the derived
-// event id and one ledger row; no rejected request has any.
+// event id and one ledger row; no rejected request has any. Servers: PostgreSQL and fauxqs (it
+// skips on GoAws, whose SendMessageBatch answers list no stored entries).
 func TestFullChainUnderFaults(t *testing.T) {
-	skipGoAws(t)
+	sqsSrv.Need(t, sqstest.SendBatchResults)
 	began := time.Now()
 	ctx := t.Context()
 	seed := uint64(time.Now().UnixNano())
@@ -63,27 +55,52 @@ func TestFullChainUnderFaults(t *testing.T) {
 	if err := run(ctx, []string{"migrate"}, srv.Getenv(""), io.Discard, exampletest.Logger(t), nil); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	bin := buildExample(t)
+	bin, err := reliability.BuildProgram(ctx, ".", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	built := time.Since(began)
-	tap := newSQSTap(t, sqsSrv.Endpoint)
-	addr := freeAddr(t)
+	tap, err := reliability.NewSQSProxy(sqsSrv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tap.Close)
+	addr, err := reliability.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := "http://" + addr
-	procs := &chainProcs{bin: bin, dir: t.TempDir(), count: map[string]int{}, env: []string{
+	procs := &reliability.Procs{Dir: t.TempDir(), Env: []string{
 		"DATABASE_URL=" + db.URL, "LISTEN_ADDR=" + addr, "EVENTS_DESTINATION=" + q.URL, "QUEUE_URL=" + q.URL,
 		// A relay killed holding claimed rows delays them by its lease: 4 s, not a minute.
 		"RELAY_LEASE=4s",
-		"AWS_ENDPOINT_URL_SQS=" + tap.URL(), "LOG_LEVEL=warn",
+		"AWS_ENDPOINT_URL_SQS=" + tap.Endpoint(), "LOG_LEVEL=warn",
 	}}
-	t.Cleanup(procs.killAll) // before the tap's cleanup runs (cleanups run last first)
+	t.Cleanup(procs.KillAll) // before the proxy's cleanup runs (cleanups run last first)
+	// start starts the next incarnation of role (api-0, api-1, ...); a worker gets a metrics
+	// server of its own, read before each kill.
+	incarnations := map[string]int{}
+	start := func(role string) (*reliability.Proc, error) {
+		id := fmt.Sprintf("%s-%d", role, incarnations[role])
+		incarnations[role]++
+		if role == "api" {
+			return procs.Start(id, exec.Command(bin))
+		}
+		metrics, err := reliability.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		return procs.Start(id, exec.Command(bin, "worker"), "METRICS_ADDR="+metrics)
+	}
 
-	api, err := procs.start("api", nil)
+	api, err := start("api")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := waitServing(ctx, base, api); err != nil {
 		t.Fatal(err)
 	}
-	wk, err := procs.start("worker", workerEnv(t), "worker")
+	wk, err := start("worker")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +142,7 @@ func TestFullChainUnderFaults(t *testing.T) {
 
 	// The killer: six kills, the API's and the worker's in a random order, each timed by a trap
 	// (or by HTTP requests in flight), spread over the run, each followed by a restart.
+	traps := map[string]reliability.TrapPoint{"publish": reliability.AfterPublish, "receive": reliability.AfterReceive, "delete": reliability.BeforeDelete}
 	plan := []string{"api:publish", "api:http", []string{"api:publish", "api:http"}[rng.IntN(2)],
 		"worker:receive", "worker:delete", []string{"worker:receive", "worker:delete"}[rng.IntN(2)]}
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
@@ -142,26 +160,18 @@ func TestFullChainUnderFaults(t *testing.T) {
 			if role == "worker" {
 				victim = wk
 			}
-			if done, err := victim.exited(); done {
-				return fmt.Errorf("%s exited by itself before its kill: %w\n%s", victim.name, err, victim.tail())
+			if done, err := victim.Exited(); done {
+				return fmt.Errorf("%s exited by itself before its kill: %w\n%s", victim.ID, err, victim.Tail(4000))
 			}
-			rec := killRecord{proc: victim.name, how: how}
-			var tr *trap
+			rec := killRecord{proc: victim.ID, how: how}
+			var tr *reliability.Trap
 			switch how {
 			case "http":
 				rec.landed = waitUntil(6*time.Second, func() bool { return inFlight.Load() > 0 })
 			default:
 				// Only while HTTP requests are in flight too.
-				tr = tap.arm(how, func() bool { return inFlight.Load() > 0 })
-				select {
-				case <-tr.hit:
-					rec.landed = true
-				case <-time.After(6 * time.Second):
-					if !tap.disarm(tr) {
-						<-tr.hit
-						rec.landed = true
-					}
-				}
+				tr = tap.Arm(traps[how], func() bool { return inFlight.Load() > 0 })
+				rec.landed = tap.Await(tr, 6*time.Second)
 				if how == "receive" && rec.landed {
 					// Let the worker get into the batch it just received: its handler, its
 					// commit or its delete.
@@ -170,31 +180,27 @@ func TestFullChainUnderFaults(t *testing.T) {
 			}
 			rec.at = time.Since(began)
 			rec.httpInFlight = inFlight.Load()
-			rec.deliveriesInFlight = tap.deliveriesInFlight()
-			rec.published, rec.unmarked = tap.publishedCount(), unsentCount(ctx, pool, q.URL)
+			rec.deliveriesInFlight = tap.Unsettled()
+			rec.published, rec.unmarked = tap.Traffic().PublishedCopies(), unsentCount(ctx, pool, q.URL)
 			if role == "worker" {
 				// Its counters die with it: read them first (what it absorbs between this
 				// read and the kill is not counted).
 				m := scrapeWorker(ctx, victim)
 				workerDups, workerProcessed = workerDups+m["duplicates"], workerProcessed+m["processed"]
 			}
-			victim.kill()
+			victim.Kill()
 			if tr != nil {
-				close(tr.release)
+				tr.Release()
 			}
 			if role == "worker" {
-				tap.forgetDeliveries() // the dead worker's: they come back after the visibility timeout
+				tap.ForgetUnsettled() // the dead worker's: they come back after the visibility timeout
 			}
 			kills = append(kills, rec)
 			// Down for a moment: the clients see refused connections.
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-			var next *chainProc
-			var err error
-			if role == "api" {
-				next, err = procs.start(role, nil)
-			} else {
-				next, err = procs.start(role, workerEnv(t), "worker")
-			}
+			receives := func() int { return tap.Calls().Count("ReceiveMessage") }
+			before := receives() // the dead worker makes no more
+			next, err := start(role)
 			if err != nil {
 				return err
 			}
@@ -204,10 +210,9 @@ func TestFullChainUnderFaults(t *testing.T) {
 					return err
 				}
 			} else {
-				before := tap.receives.Load()
 				wk = next
-				if !waitUntil(30*time.Second, func() bool { return tap.receives.Load() > before }) {
-					return fmt.Errorf("%s made no SQS request within 30 s\n%s", wk.name, wk.tail())
+				if !waitUntil(30*time.Second, func() bool { return receives() > before }) {
+					return fmt.Errorf("%s made no SQS request within 30 s\n%s", wk.ID, wk.Tail(4000))
 				}
 			}
 		}
@@ -269,14 +274,14 @@ func TestFullChainUnderFaults(t *testing.T) {
 	m := scrapeWorker(ctx, wk)
 	workerDups, workerProcessed = workerDups+m["duplicates"], workerProcessed+m["processed"]
 	// A graceful stop of the last incarnations.
-	for _, p := range []*chainProc{api, wk} {
-		if err := p.term(40 * time.Second); err != nil {
-			t.Errorf("%s: SIGTERM: %v\n%s", p.name, err, p.tail())
+	for _, p := range []*reliability.Proc{api, wk} {
+		if err := p.Term(40 * time.Second); err != nil {
+			t.Errorf("%s: SIGTERM: %v\n%s", p.ID, err, p.Tail(4000))
 		}
 	}
-	for _, p := range procs.all {
-		if out := p.output(); strings.Contains(out, "WARNING: DATA RACE") || strings.Contains(out, "panic:") {
-			t.Errorf("%s reported a race or a panic:\n%s", p.name, out)
+	for _, p := range procs.All() {
+		if out := p.Output(); strings.Contains(out, "WARNING: DATA RACE") || strings.Contains(out, "panic:") {
+			t.Errorf("%s reported a race or a panic:\n%s", p.ID, out)
 		}
 	}
 
@@ -408,14 +413,14 @@ func TestFullChainUnderFaults(t *testing.T) {
 	}
 
 	// What went through SQS.
-	tc := tap.counts()
-	for ev := range tc.published {
+	tc := tap.Traffic()
+	for ev := range tc.Published {
 		if accepted[ev] == nil {
 			t.Errorf("event %s was published, and is not the event of an accepted request", ev)
 		}
 	}
-	if len(tc.published) != len(accepted) {
-		t.Errorf("%d distinct events published, %d accepted requests", len(tc.published), len(accepted))
+	if len(tc.Published) != len(accepted) {
+		t.Errorf("%d distinct events published, %d accepted requests", len(tc.Published), len(accepted))
 	}
 
 	// The report.
@@ -438,12 +443,12 @@ func TestFullChainUnderFaults(t *testing.T) {
 			workerKills++
 		}
 	}
-	copies := tc.publishedCopies()
+	copies := tc.PublishedCopies()
 	t.Logf("requests %d (accepted %d, rejected %d); attempts %d (transport errors %d, cut off by the client %d, 409 %d, 5xx %d)",
 		nRequests, len(accepted), len(rejected), stats.attempts.Load(), stats.transport.Load(), stats.cutoff.Load(), stats.conflicts.Load(), stats.serverErrors.Load())
-	t.Logf("kills: API %d, worker %d (%d landed in their window); processes started %d", apiKills, workerKills, landed, len(procs.all))
+	t.Logf("kills: API %d, worker %d (%d landed in their window); processes started %d", apiKills, workerKills, landed, len(procs.All()))
 	t.Logf("events published %d (distinct %d, published again %d); deliveries received %d (%d not booked: absorbed, or cut by a kill before their commit), messages deleted %d",
-		copies, len(tc.published), copies-len(tc.published), tc.receivedTotal(), tc.receivedTotal()-ledgerRows, tc.deletes)
+		copies, len(tc.Published), copies-len(tc.Published), tc.Deliveries(), tc.Deliveries()-ledgerRows, tc.Deleted)
 	t.Logf("ledger rows %d; payments %d; the workers' counters (read before each kill): processed %d, duplicates absorbed by the inbox %d",
 		ledgerRows, paymentsOf, workerProcessed, workerDups)
 	if workerProcessed > ledgerRows {
@@ -551,34 +556,8 @@ type killRecord struct {
 	unmarked                      int
 }
 
-// buildExample builds the example's binary into a temporary directory, with -race when the
-// test binary has it.
-func buildExample(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "payments-api")
-	args := []string{"build", "-o", bin}
-	if bi, ok := debug.ReadBuildInfo(); ok && slices.Contains(bi.Settings, debug.BuildSetting{Key: "-race", Value: "true"}) {
-		args = append(args, "-race")
-	}
-	out, err := exec.CommandContext(t.Context(), "go", append(args, ".")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return bin
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // waitServing waits until the API at base answers (a GET without X-Client-Id: 401).
-func waitServing(ctx context.Context, base string, p *chainProc) error {
+func waitServing(ctx context.Context, base string, p *reliability.Proc) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/payments/1", nil)
@@ -589,11 +568,11 @@ func waitServing(ctx context.Context, base string, p *chainProc) error {
 				return nil
 			}
 		}
-		if done, err := p.exited(); done {
-			return fmt.Errorf("%s exited: %w\n%s", p.name, err, p.tail())
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited: %w\n%s", p.ID, err, p.Tail(4000))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s does not serve on %s after 30 s\n%s", p.name, base, p.tail())
+			return fmt.Errorf("%s does not serve on %s after 30 s\n%s", p.ID, base, p.Tail(4000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -631,386 +610,10 @@ func unsentCount(ctx context.Context, pool *pgxpool.Pool, dest string) int {
 	return n
 }
 
-// chainProcs are the example's processes of the test.
-type chainProcs struct {
-	bin, dir string
-	env      []string
-	mu       sync.Mutex
-	count    map[string]int
-	all      []*chainProc
-}
-
-type chainProc struct {
-	name, log string
-	cmd       *exec.Cmd
-	done      chan struct{}
-	err       error
-}
-
-// start starts the next incarnation of role (api-0, api-1, ...), its output in a file.
-func (ps *chainProcs) start(role string, env []string, args ...string) (*chainProc, error) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	name := fmt.Sprintf("%s-%d", role, ps.count[role])
-	ps.count[role]++
-	p := &chainProc{name: name, log: filepath.Join(ps.dir, name+".log"), done: make(chan struct{})}
-	f, err := os.Create(p.log)
-	if err != nil {
-		return nil, err
-	}
-	p.cmd = exec.Command(ps.bin, args...)
-	p.cmd.Env = append(append(os.Environ(), ps.env...), env...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = childProcAttr()
-	if err := p.cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	ps.all = append(ps.all, p)
-	return p, nil
-}
-
-func (ps *chainProcs) killAll() {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	for _, p := range ps.all {
-		p.kill()
-	}
-}
-
-func (p *chainProc) exited() (bool, error) {
-	select {
-	case <-p.done:
-		return true, p.err
-	default:
-		return false, nil
-	}
-}
-
-// kill SIGKILLs the process and waits for its end.
-func (p *chainProc) kill() {
-	if done, _ := p.exited(); done {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// term sends SIGTERM and waits up to timeout for a clean exit.
-func (p *chainProc) term(timeout time.Duration) error {
-	if done, err := p.exited(); done {
-		return fmt.Errorf("exited before: %w", err)
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(timeout):
-		p.kill()
-		return fmt.Errorf("no exit within %v", timeout)
-	}
-}
-
-func (p *chainProc) output() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
-}
-
-func (p *chainProc) tail() string {
-	s := p.output()
-	if len(s) > 4000 {
-		s = "..." + s[len(s)-4000:]
-	}
-	return s
-}
-
-// sqsTap is an HTTP proxy in front of the SQS server. It counts what the relay stores
-// (SendMessageBatch) and what the worker receives and deletes, per event id, and springs the
-// killer's traps: "publish" right after a SendMessageBatch stored its entries (the relay has not
-// marked them sent), "receive" when a receive returns messages, "delete" before a delete reaches
-// the server (the worker has committed). The publish and delete traps hold the call until the
-// killer has killed the process.
-type sqsTap struct {
-	srv      *http.Server
-	ln       net.Listener
-	rp       *httputil.ReverseProxy
-	receives atomic.Int64 // ReceiveMessage calls
-
-	mu        sync.Mutex
-	trap      *trap
-	published map[string]int  // event id -> copies stored
-	received  map[string]int  // event id -> deliveries
-	pending   map[string]bool // receipt handles received and not deleted
-	deletes   int
-}
-
-type trap struct {
-	op           string
-	when         func() bool // the trap springs only while this holds
-	hit, release chan struct{}
-}
-
-type tapCall struct {
-	op   string
-	body []byte
-}
-
-type tapKey struct{}
-
-var errKilled = errors.New("the caller was killed")
-
-func newSQSTap(t *testing.T, endpoint string) *sqsTap {
-	t.Helper()
-	target, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &sqsTap{ln: ln, published: map[string]int{}, received: map[string]int{}, pending: map[string]bool{}}
-	p.rp = httputil.NewSingleHostReverseProxy(target)
-	tr := &http.Transport{MaxIdleConnsPerHost: 32}
-	p.rp.Transport = tr
-	p.rp.ModifyResponse = p.response
-	p.rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = p.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = p.srv.Close()
-		tr.CloseIdleConnections()
-	})
-	return p
-}
-
-func (p *sqsTap) URL() string { return "http://" + p.ln.Addr().String() }
-
-func (p *sqsTap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
-	if op == "ReceiveMessage" {
-		p.receives.Add(1)
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadGateway)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if op == "DeleteMessage" || op == "DeleteMessageBatch" {
-		if tr := p.spring("delete"); tr != nil {
-			<-tr.release
-			w.WriteHeader(http.StatusBadGateway)
-			return
-		}
-	}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tapKey{}, &tapCall{op: op, body: body})))
-}
-
-func (p *sqsTap) response(res *http.Response) error {
-	call, _ := res.Request.Context().Value(tapKey{}).(*tapCall)
-	if call == nil || res.StatusCode != http.StatusOK {
-		return nil
-	}
-	switch call.op {
-	case "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch":
-	default:
-		return nil
-	}
-	b, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil {
-		return err
-	}
-	res.Body = io.NopCloser(bytes.NewReader(b))
-	if res.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(bytes.NewReader(b))
-		if err != nil {
-			return err
-		}
-		if b, err = io.ReadAll(zr); err != nil {
-			return err
-		}
-	}
-	switch call.op {
-	case "SendMessageBatch":
-		var in struct {
-			Entries []struct {
-				Id                string
-				MessageAttributes map[string]struct{ StringValue string }
-			}
-		}
-		var out struct{ Successful []struct{ Id string } }
-		_ = json.Unmarshal(call.body, &in)
-		_ = json.Unmarshal(b, &out)
-		p.mu.Lock()
-		for _, s := range out.Successful {
-			for _, e := range in.Entries {
-				if e.Id == s.Id {
-					p.published[e.MessageAttributes[outbox.EventIDAttribute].StringValue]++
-				}
-			}
-		}
-		p.mu.Unlock()
-		if tr := p.spring("publish"); tr != nil {
-			<-tr.release
-			return errKilled
-		}
-	case "ReceiveMessage":
-		var out struct {
-			Messages []struct{ ReceiptHandle, Body string }
-		}
-		_ = json.Unmarshal(b, &out)
-		p.mu.Lock()
-		for _, m := range out.Messages {
-			var ev struct {
-				EventID string `json:"event_id"`
-			}
-			_ = json.Unmarshal([]byte(m.Body), &ev)
-			p.received[ev.EventID]++
-			p.pending[m.ReceiptHandle] = true
-		}
-		p.mu.Unlock()
-		if len(out.Messages) > 0 {
-			p.spring("receive")
-		}
-	case "DeleteMessage":
-		var in struct{ ReceiptHandle string }
-		_ = json.Unmarshal(call.body, &in)
-		p.mu.Lock()
-		p.deletes++
-		delete(p.pending, in.ReceiptHandle)
-		p.mu.Unlock()
-	case "DeleteMessageBatch":
-		var in struct {
-			Entries []struct{ Id, ReceiptHandle string }
-		}
-		var out struct{ Successful []struct{ Id string } }
-		_ = json.Unmarshal(call.body, &in)
-		_ = json.Unmarshal(b, &out)
-		p.mu.Lock()
-		for _, s := range out.Successful {
-			for _, e := range in.Entries {
-				if e.Id == s.Id {
-					p.deletes++
-					delete(p.pending, e.ReceiptHandle)
-				}
-			}
-		}
-		p.mu.Unlock()
-	}
-	return nil
-}
-
-// arm sets the trap for op, sprung only while when holds; the killer waits on its hit channel and closes release once the
-// process is dead.
-func (p *sqsTap) arm(op string, when func() bool) *trap {
-	tr := &trap{op: op, when: when, hit: make(chan struct{}), release: make(chan struct{})}
-	p.mu.Lock()
-	p.trap = tr
-	p.mu.Unlock()
-	return tr
-}
-
-// disarm removes tr if it has not been sprung; false when it has.
-func (p *sqsTap) disarm(tr *trap) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.trap == tr {
-		p.trap = nil
-		return true
-	}
-	return false
-}
-
-func (p *sqsTap) spring(op string) *trap {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	tr := p.trap
-	if tr == nil || tr.op != op || !tr.when() {
-		return nil
-	}
-	p.trap = nil
-	close(tr.hit)
-	return tr
-}
-
-// deliveriesInFlight is the number of deliveries the running worker received and has not
-// deleted.
-func (p *sqsTap) deliveriesInFlight() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.pending)
-}
-
-// forgetDeliveries drops the deliveries of a killed worker from the count in flight.
-func (p *sqsTap) forgetDeliveries() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	clear(p.pending)
-}
-
-func (p *sqsTap) publishedCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, c := range p.published {
-		n += c
-	}
-	return n
-}
-
-type tapCounts struct {
-	published, received map[string]int
-	deletes             int
-}
-
-func (p *sqsTap) counts() tapCounts {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c := tapCounts{published: map[string]int{}, received: map[string]int{}, deletes: p.deletes}
-	for k, v := range p.published {
-		c.published[k] = v
-	}
-	for k, v := range p.received {
-		c.received[k] = v
-	}
-	return c
-}
-
-func (c tapCounts) publishedCopies() int {
-	n := 0
-	for _, v := range c.published {
-		n += v
-	}
-	return n
-}
-
-func (c tapCounts) receivedTotal() int {
-	n := 0
-	for _, v := range c.received {
-		n += v
-	}
-	return n
-}
-
-// workerEnv gives a worker process a metrics server of its own (METRICS_ADDR).
-func workerEnv(t *testing.T) []string { return []string{"METRICS_ADDR=" + freeAddr(t)} }
-
 // scrapeWorker reads a worker process's counters from its /metrics: processed, duplicates.
-func scrapeWorker(ctx context.Context, p *chainProc) map[string]int {
+func scrapeWorker(ctx context.Context, p *reliability.Proc) map[string]int {
 	out := map[string]int{}
-	var addr string
-	for _, kv := range p.cmd.Env {
-		if v, ok := strings.CutPrefix(kv, "METRICS_ADDR="); ok {
-			addr = v
-		}
-	}
+	addr := p.Getenv("METRICS_ADDR")
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)

@@ -26,16 +26,6 @@ import (
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-// skipGoAws skips a test that needs the relay to publish: GoAws answers SendMessageBatch with
-// empty Successful and Failed lists, so the relay cannot tell which entries were stored.
-func skipGoAws(t *testing.T) {
-	t.Helper()
-	if sqsSrv.Kind == sqstest.KindGoAws {
-		t.Skip("GoAws v0.5.4 answers SendMessageBatch with empty Successful and Failed lists, so the relay cannot " +
-			"tell which entries were stored; this test runs on fauxqs (SQSINBOX_TEST_SQS=fauxqs)")
-	}
-}
-
 // failingAmounts installs, until t ends, two faults in the database, each for one amount: 13
 // makes the INSERT of the PaymentCaptured row fail (after the payment's INSERT, in the same
 // transaction), and 14 makes the COMMIT fail (after the payment, the event and the stored
@@ -102,7 +92,7 @@ func startAPI(t *testing.T, getenv func(string) string) string {
 // as a relay that crashed between its publish and its mark would. Every accepted request has
 // exactly one payment, one event and one ledger row; no other request has any.
 func TestPaymentCapturedChain(t *testing.T) {
-	skipGoAws(t)
+	sqsSrv.Need(t, sqstest.SendBatchResults)
 	srv := exampletest.Servers{DB: db, SQS: sqsSrv}
 	pool := srv.Pool(t)
 	q := srv.Queue(t, "payments-ledger")

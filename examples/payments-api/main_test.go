@@ -26,7 +26,7 @@ import (
 // The tests run against real servers: PostgreSQL from pgtest (a throwaway cluster, or
 // TEST_DATABASE_URL) and an SQS server from sqstest (GoAws, fauxqs with SQSINBOX_TEST_SQS=fauxqs,
 // or AWS_ENDPOINT_URL_SQS). The server needs a destination for its events (a queue); the tests
-// that follow events through the relay skip on GoAws (see skipGoAws).
+// that follow events through the relay declare it (sqstest.SendBatchResults) and skip on GoAws.
 var (
 	db     *pgtest.Server
 	sqsSrv *sqstest.Server

@@ -309,6 +309,17 @@ func (c *CallCounter) Add(op string) {
 	c.mu.Unlock()
 }
 
+// Count returns every call of op counted so far.
+func (c *CallCounter) Count(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range c.n[op] {
+		n += k
+	}
+	return n
+}
+
 // Total returns the calls of op (every op when op is empty) between from and to.
 func (c *CallCounter) Total(op string, from, to time.Time) int {
 	c.mu.Lock()

@@ -24,6 +24,10 @@
 //     their redrive made a second effect), deletes not preceded by a committed inbox row, and,
 //     when told which events must end in the DLQ ([Observations].ExpectDLQ), events that ended
 //     otherwise.
+//   - [Procs] starts the worker and relay processes, or any program, keeps their output and
+//     kills them; [SQSProxy] stands between processes and the SQS server, injects faults,
+//     follows the messages and times kills ([SQSProxy.Arm]). Tests outside the package use both
+//     too: the payments example's chain test runs its binary under them.
 //
 // The fault scenarios ([Scenarios]) are shared by the package's tests (small sizes, `make test`)
 // and the soak command (internal/cmd/soak, `make soak`).

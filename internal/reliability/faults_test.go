@@ -114,9 +114,9 @@ func TestFault07VisibilityExpires(t *testing.T) {
 	requirePass(t, runScenario(t, "visibility-expires", small))
 }
 
-// TestFault08PoisonBadUTF8Fake: keys that are not valid UTF-8, which SQS's JSON protocol
-// cannot carry, through the in-process fake.
-func TestFault08PoisonBadUTF8Fake(t *testing.T) {
+// TestFault08PoisonBadUTF8 (the in-process fake: keys that are not valid UTF-8, which SQS's JSON
+// protocol cannot carry, so no server can deliver them).
+func TestFault08PoisonBadUTF8(t *testing.T) {
 	t.Parallel()
 	requirePass(t, runScenario(t, "poison-bad-utf8-fake", small))
 }

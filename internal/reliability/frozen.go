@@ -86,7 +86,7 @@ func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox)
 	if err != nil {
 		return nil, err
 	}
-	app := r.Schema + "-" + frozen.Cfg.ID
+	app := r.Schema + "-" + frozen.ID
 	held, err := r.stopWhileHolding(ctx, frozen, app, frozen.Cfg.Concurrency, time.Minute)
 	if err != nil {
 		return nil, err
@@ -141,7 +141,7 @@ func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox)
 		frozenFor.Seconds(), maxReceive, vis, maxReceive*vis, ib.lock, ib.idle, handlerTimeout))
 	for _, p := range procs {
 		if ok, err := p.Exited(); ok {
-			checks = append(checks, fmt.Sprintf("worker %s exited: %v: %s", p.Cfg.ID, err, tail(p.Output(), 1500)))
+			checks = append(checks, fmt.Sprintf("worker %s exited: %v: %s", p.ID, err, tail(p.Output(), 1500)))
 		}
 	}
 	checks = append(checks, r.termAll(time.Minute)...)
@@ -149,12 +149,12 @@ func runFrozen(ctx context.Context, e *Env, s Size, name string, ib frozenInbox)
 	for _, p := range procs {
 		c, ok := p.Counters()
 		if !ok {
-			checks = append(checks, fmt.Sprintf("worker %s wrote no counters", p.Cfg.ID))
+			checks = append(checks, fmt.Sprintf("worker %s wrote no counters", p.ID))
 			continue
 		}
 		blocked += c[worker.Blocked]
 		notes = append(notes, fmt.Sprintf("worker %s: %d received, %d processed, %d duplicates, %d blocked, %d failed, %d delete failures",
-			p.Cfg.ID, c[worker.Received], c[worker.Processed], c[worker.Duplicates], c[worker.Blocked], c[worker.Failed], c[worker.DeleteFailures]))
+			p.ID, c[worker.Received], c[worker.Processed], c[worker.Duplicates], c[worker.Blocked], c[worker.Failed], c[worker.DeleteFailures]))
 	}
 	if !ib.control && blocked == 0 {
 		checks = append(checks, "no claim was blocked: the redeliveries did not meet the frozen holder's claims")
@@ -190,7 +190,7 @@ func (r *Run) stopWhileHolding(ctx context.Context, p *Proc, app string, want in
 			}
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("reliability: worker %s did not hold %d claims at once within %v: %s", p.Cfg.ID, want, timeout, tail(p.Output(), 1500))
+			return 0, fmt.Errorf("reliability: worker %s did not hold %d claims at once within %v: %s", p.ID, want, timeout, tail(p.Output(), 1500))
 		}
 		if err := sleep(ctx, 10*time.Millisecond); err != nil {
 			return 0, err

@@ -85,7 +85,7 @@ type Run struct {
 	// Log receives the in-process workers' warnings (in AuditDir/log.txt).
 	Log *slog.Logger
 
-	procs   []*Proc
+	procs   Procs
 	logFile *os.File
 	// exactCounts says the server's counts are exact, not approximate (GoAws, fauxqs).
 	exactCounts bool
@@ -136,6 +136,7 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 	if r.AuditDir, err = os.MkdirTemp(dir, "rel-"+name+"-"); err != nil {
 		return nil, err
 	}
+	r.procs.Dir = r.AuditDir
 	lf, err := os.Create(filepath.Join(r.AuditDir, "log.txt"))
 	if err != nil {
 		return nil, err
@@ -213,9 +214,7 @@ func (r *Run) subscribe(ctx context.Context) error {
 
 // Close ends the run's processes and its pool.
 func (r *Run) Close() {
-	for _, p := range r.procs {
-		p.Kill()
-	}
+	r.procs.KillAll()
 	r.Pool.Close()
 	_ = r.logFile.Close()
 }

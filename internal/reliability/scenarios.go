@@ -119,12 +119,12 @@ func (r *Run) finish(ctx context.Context, prod *Producer, workers int, checks, n
 // termAll stops every process of the run with SIGTERM and reports those that did not exit 0.
 func (r *Run) termAll(timeout time.Duration) []string {
 	var bad []string
-	for _, p := range r.procs {
+	for _, p := range r.procs.All() {
 		if ok, _ := p.Exited(); ok {
 			continue
 		}
 		if err := p.Term(timeout); err != nil {
-			bad = append(bad, fmt.Sprintf("worker %s: %v: %s", p.Cfg.ID, err, tail(p.Output(), 1500)))
+			bad = append(bad, fmt.Sprintf("worker %s: %v: %s", p.ID, err, tail(p.Output(), 1500)))
 		}
 	}
 	return bad
@@ -364,7 +364,7 @@ func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 	var checks []string
 	for _, p := range procs {
 		if ok, err := p.Exited(); ok {
-			checks = append(checks, fmt.Sprintf("worker %s exited: %v", p.Cfg.ID, err))
+			checks = append(checks, fmt.Sprintf("worker %s exited: %v", p.ID, err))
 		}
 	}
 	checks = append(checks, r.termAll(time.Minute)...)
@@ -384,7 +384,7 @@ func (r *Run) stopHolding(ctx context.Context, procs []*Proc, first, events int,
 		}
 		for k := range procs {
 			p := procs[(first+k)%len(procs)]
-			if unsettled(recs, p.Cfg.ID) == 0 {
+			if unsettled(recs, p.ID) == 0 {
 				continue
 			}
 			if err := p.Signal(syscall.SIGSTOP); err != nil {
@@ -394,7 +394,7 @@ func (r *Run) stopHolding(ctx context.Context, procs []*Proc, first, events int,
 			if recs, err = ReadDeleteLogs(r.AuditDir); err != nil {
 				return nil, err
 			}
-			if unsettled(recs, p.Cfg.ID) > 0 {
+			if unsettled(recs, p.ID) > 0 {
 				return p, nil
 			}
 			if err := p.Signal(syscall.SIGCONT); err != nil {
@@ -559,7 +559,7 @@ func runPoison(ctx context.Context, e *Env, s Size) (*Report, error) {
 	var checks []string
 	for _, p := range procs {
 		if ok, err := p.Exited(); ok {
-			checks = append(checks, fmt.Sprintf("worker %s crashed: %v: %s", p.Cfg.ID, err, tail(p.Output(), 1500)))
+			checks = append(checks, fmt.Sprintf("worker %s crashed: %v: %s", p.ID, err, tail(p.Output(), 1500)))
 		}
 	}
 	checks = append(checks, r.termAll(time.Minute)...)

@@ -68,7 +68,7 @@ type killedBatch struct {
 func (r *Run) stopInBatch(ctx context.Context, p *Proc, app string, size int, timeout time.Duration) ([]int64, []LoggedBatch, error) {
 	deadline := time.Now().Add(timeout)
 	openOf := func() ([]LoggedBatch, bool, error) {
-		bs, err := ReadBatchLog(r.AuditDir, p.Cfg.ID)
+		bs, err := ReadBatchLog(r.AuditDir, p.ID)
 		var open []LoggedBatch
 		big := false
 		for _, b := range bs {
@@ -108,7 +108,7 @@ func (r *Run) stopInBatch(ctx context.Context, p *Proc, app string, size int, ti
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, nil, fmt.Errorf("reliability: worker %s held no open batch of %d messages within %v: %s", p.Cfg.ID, size, timeout, tail(p.Output(), 1500))
+			return nil, nil, fmt.Errorf("reliability: worker %s held no open batch of %d messages within %v: %s", p.ID, size, timeout, tail(p.Output(), 1500))
 		}
 		if err := sleep(ctx, 10*time.Millisecond); err != nil {
 			return nil, nil, err
@@ -221,7 +221,7 @@ func batchSigkill(ctx context.Context, e *Env, s Size, name string, control bool
 			if err != nil {
 				return nil, err
 			}
-			id := procs[i].Cfg.ID
+			id := procs[i].ID
 			procs[i].Kill()
 			kills++
 			for _, b := range open {

@@ -467,7 +467,7 @@ func runRelaySigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
 		for i, p := range procs {
 			if ok, perr := p.Exited(); ok {
 				if crashAt[i] == 0 {
-					return fmt.Errorf("relay %s exited: %w: %s", p.Cfg.ID, perr, tail(p.Output(), 1500))
+					return fmt.Errorf("relay %s exited: %w: %s", p.ID, perr, tail(p.Output(), 1500))
 				}
 				selfKills++
 				if err := start(i, plan && rand.IntN(2) == 0); err != nil {
