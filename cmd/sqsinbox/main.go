@@ -12,6 +12,8 @@
 //	sqsinbox send                     send JSON lines to a queue, or publish them to an SNS
 //	                                  topic, with an event_id attribute
 //	sqsinbox redrive                  move messages from a DLQ back to their source queue
+//	sqsinbox console                  a web console on 127.0.0.1: the queues, a DLQ's peek and
+//	                                  classified redrive, event lookup, the outbox's parked messages
 //
 // Configuration comes from flags, with environment fallbacks: DATABASE_URL for PostgreSQL, and
 // the standard AWS chain (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_SNS,
@@ -66,6 +68,7 @@ var commands = []command{
 	{"outbox", "list the outbox's parked messages (list-parked), or re-queue them (retry)", runOutbox},
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
+	{"console", "serve a web console on 127.0.0.1: queues, DLQ peek and redrive, event lookup, the outbox's parked messages", runConsole},
 }
 
 // errUsage marks an error in the command line; it exits 2.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,8 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 			"failed) is deleted from the DLQ (--keep-applied leaves it); never applied is moved back;\n"+
 			"without a valid key it is left in the DLQ and reported. --dry-run only counts and shows\n"+
 			"a sample of each class. A move is a copy first, then the delete: an interruption between\n"+
-			"them leaves a duplicate, which the inbox absorbs; running it again resumes.\n\n"+
+			"them leaves a duplicate, which the inbox absorbs; running it again resumes, and waits up to\n"+
+			"70 s for the messages an interrupted run still hides (60 s each) to come back.\n\n"+
 			"The move task (StartMessageMoveTask) is used where the server supports it, else each message\n"+
 			"is received from the DLQ, sent to the queue with its body and attributes, then deleted.\n"+
 			"The event key (the event_id attribute or the body) survives; the SQS MessageId does not.\n"+
@@ -86,10 +88,9 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 			return err
 		}
 		defer closeDB()
-		if _, err := ib.Lookup(ctx, "sqsinbox-redrive-probe"); err != nil { // an unmigrated schema, named at once
-			return db.inboxError(err)
+		if cl, err = db.newClassifier(ctx, ib, *handler, *dryRun, *keepApplied); err != nil {
+			return err
 		}
-		cl = &classifier{ib: ib, handler: *handler, dryRun: *dryRun, keepApplied: *keepApplied}
 	}
 	if *mode == "copy" && *to == "" {
 		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
@@ -208,6 +209,7 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 	}()
 	pace := newPacer(rate)
 	seen := map[string]bool{} // the messages this run has handled, by MessageId
+	var heldSince time.Time   // when this run first found messages in flight in an empty-looking DLQ
 	fifo := len(toURL) > 5 && toURL[len(toURL)-5:] == ".fifo"
 	for empty < 2 && (maxN == 0 || moved < maxN) {
 		if ctx.Err() != nil {
@@ -224,7 +226,7 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 			QueueUrl:                    aws.String(fromURL),
 			MaxNumberOfMessages:         n,
 			WaitTimeSeconds:             1,
-			VisibilityTimeout:           60,
+			VisibilityTimeout:           int32(redriveHold / time.Second),
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		})
@@ -237,6 +239,9 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		if len(out.Messages) == 0 || allSeen(seen, out.Messages) {
 			// Empty, or only messages this run left in the DLQ, visible again after a long run.
 			empty++
+			if empty == 2 && waitHeld(ctx, e, c, fromURL, len(left), &heldSince, p) {
+				empty = 0
+			}
 			continue
 		}
 		empty = 0
@@ -311,6 +316,49 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 	return nil
 }
 
+// redriveHold is how long a redrive's receive hides a message from other receivers; heldWait is
+// how long a run waits for messages another receiver holds, which covers a hold of an interrupted
+// redrive: running again after a kill resumes and finishes in one go.
+const (
+	redriveHold = 60 * time.Second
+	heldWait    = redriveHold + 10*time.Second
+)
+
+// waitHeld is called when the DLQ looks empty. When it still counts messages in flight besides
+// the own run holds (received by another consumer, or by an interrupted redrive), it waits a
+// little for them to come back and returns true, up to heldWait from the first time; then it says
+// how many were left behind and returns false.
+func waitHeld(ctx context.Context, e env, c *sqs.Client, url string, own int, since *time.Time, p *progress) bool {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	if err != nil {
+		return false
+	}
+	held, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+	held -= own
+	if held <= 0 {
+		return false
+	}
+	if since.IsZero() {
+		*since = time.Now()
+	}
+	if time.Since(*since) > heldWait {
+		p.done()
+		fmt.Fprintf(e.stderr, "%s of %s still in flight, held by another receiver: run again once they are visible\n",
+			plural(held, "message"), lastPart(url))
+		return false
+	}
+	p.update("waiting up to %v for %s in flight (held by another receiver, such as an interrupted redrive)",
+		heldWait.Round(time.Second), plural(held, "message"))
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return true
+}
+
 // class is what redrive --handler does with a dead-lettered message.
 type class int
 
@@ -330,18 +378,34 @@ type classifier struct {
 	why                 map[string]int // why messages were left, by reason
 }
 
+// newClassifier returns the classifier of `redrive --handler` (and of the console's redrive) for
+// handler, a valid handler name. One lookup first names an unmigrated schema at once, rather than
+// as the reason every message is left in the DLQ.
+func (db *dbFlags) newClassifier(ctx context.Context, ib *inbox.Inbox, handler string, dryRun, keepApplied bool) (*classifier, error) {
+	if _, err := ib.Lookup(ctx, "sqsinbox-redrive-probe"); err != nil {
+		return nil, db.inboxError(err)
+	}
+	return &classifier{ib: ib, handler: handler, dryRun: dryRun, keepApplied: keepApplied}, nil
+}
+
 // sampleSize is how many keys of each class the report shows.
 const sampleSize = 3
 
-func (cl *classifier) classify(ctx context.Context, m types.Message) class {
+// messageKey is a received message's event key as the worker takes it: the event_id attribute,
+// else the body's "id", inside an SNS envelope too.
+func messageKey(m types.Message) (string, error) {
 	wm := &worker.Message{ID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)),
 		Attributes: m.MessageAttributes, SystemAttributes: m.Attributes}
-	key, err := "", worker.UnwrapSNS(wm, worker.SNSAuto)
-	if err == nil {
-		key, err = inboxhandler.DefaultKey(wm)
+	if err := worker.UnwrapSNS(wm, worker.SNSAuto); err != nil {
+		return "", err
 	}
+	return inboxhandler.DefaultKey(wm)
+}
+
+func (cl *classifier) classify(ctx context.Context, m types.Message) class {
+	key, err := messageKey(m)
 	if err != nil {
-		return cl.count(classLeave, wm.ID, "no valid key: "+err.Error())
+		return cl.count(classLeave, aws.ToString(m.MessageId), "no valid key: "+err.Error())
 	}
 	found, err := cl.ib.Lookup(ctx, key)
 	if err != nil {

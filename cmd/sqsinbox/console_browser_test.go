@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+)
+
+// screenshotsEnv names a directory (relative to the repository's root, or absolute) that the
+// browser test writes the console's screenshots to, as docs/console.md shows them:
+// SQSINBOX_SCREENSHOTS=docs go test -run TestConsoleInABrowser ./cmd/sqsinbox/
+const screenshotsEnv = "SQSINBOX_SCREENSHOTS"
+
+// TestConsoleInABrowser (the SQS server, PostgreSQL and headless Chromium): the console as an
+// operator uses it, in a real browser. The overview loads; the lookup finds an event processed in
+// the test; the DLQ page shows a body holding <script> as text, and the script does not run (it
+// would set document.title); signed in with the token, the redrive moves exactly the messages
+// the handler never applied. Without Chromium the test fails and says how to install it.
+func TestConsoleInABrowser(t *testing.T) {
+	t.Parallel()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("the browser test needs Chromium, and it is not on PATH: install Debian's package with "+
+			"`apt-get install -y chromium` (.ci/run does): %v", err)
+	}
+	pool, dbArgs := migratedSchema(t, "cli_conweb")
+	schema := dbArgs[len(dbArgs)-1]
+	processEvent(t, pool, schema, "warehouse", "evt_7d2a")
+	processEvent(t, pool, schema, "loyalty", "evt_7d2a")
+	processEvent(t, pool, schema, "warehouse", "evt_4c1e")
+	seedOutbox(t, pool, schema)
+	const xss = `{"id":"evt_9f3k","order_id":"o-1","note":"<script>document.title='pwned'</script>"}`
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "warehouse", MaxReceiveCount: 3})
+	cli(t, strings.Join([]string{xss, `{"id":"evt_4c1e","order_id":"o-2"}`, `{"id":"evt_b81d","order_id":"o-3"}`, `{"order_id":"o-4"}`}, "\n"),
+		"send", "--queue", lastPart(q.DLQURL), "--allow-no-key").mustOK(t)
+	cli(t, `{"id":"evt_0001","order_id":"o-5"}`+"\n"+`{"id":"evt_0002","order_id":"o-6"}`, "send", "--queue", q.Name).mustOK(t)
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 4, 30*time.Second)
+	now := time.Now()
+	cw.answer(q.Name, cwAnswer{ages: []float64{42}, at: []time.Time{now.Add(-time.Minute)}})
+	cw.answer(lastPart(q.DLQURL), cwAnswer{ages: []float64{3 * 3600}, at: []time.Time{now.Add(-time.Minute)}})
+	tc := startConsole(t, append([]string{"--queue", q.Name, "--token", testToken}, dbArgs...)...)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	defer cancel()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v\nconsole log:\n%s", what, err, tc.stderr)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+		must("text of "+sel, err)
+		return s
+	}
+	title := func() string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.title`))
+		must("document.title", err)
+		return s
+	}
+	// clickAndLoad clicks a form's button and waits until the page it loads has loaded, so that
+	// the next step reads the new page, not the old one; it returns the page's HTTP status.
+	clickAndLoad := func(sel string) int64 {
+		t.Helper()
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+		must("click "+sel, err)
+		return resp.Status
+	}
+	shots := screenshotDir(t)
+	shoot := func(name string) {
+		t.Helper()
+		if shots == "" {
+			return
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		must("screenshot "+name, err)
+		p := filepath.Join(shots, "console-"+name+".png")
+		must("write "+p, os.WriteFile(p, png, 0o644))
+		t.Logf("wrote %s", p)
+	}
+
+	// The overview loads, with the queue, its DLQ and the ages CloudWatch gave.
+	must("open the overview", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/"), chromedp.WaitVisible(chromedp.CSS("#queues table"))))
+	if s := text("#queues"); !strings.Contains(s, q.Name) || !strings.Contains(s, lastPart(q.DLQURL)) || !strings.Contains(s, "42s as of") {
+		t.Errorf("the queues section:\n%s", s)
+	}
+
+	// The lookup finds the event processed above.
+	must("type the key", chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#key"), "evt_7d2a")))
+	clickAndLoad("#lookup-button")
+	must("look up evt_7d2a", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#lookup-result"))))
+	if s := text("#lookup-result"); !strings.Contains(s, "warehouse") || !strings.Contains(s, "loyalty") || !strings.Contains(s, "evt_7d2a") {
+		t.Errorf("the lookup of evt_7d2a:\n%s", s)
+	}
+
+	// The DLQ page: the <script> of a body is text, and it did not run.
+	must("open the DLQ page", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/dlq?queue="+url.QueryEscape(q.Name)), chromedp.WaitVisible(chromedp.CSS("#peek"))))
+	if s := text("#peek"); !strings.Contains(s, "<script>document.title='pwned'</script>") {
+		t.Errorf("the peek does not show the body's <script> as text:\n%s", s)
+	}
+	if got := title(); got == "pwned" || !strings.Contains(got, "sqsinbox console") {
+		t.Errorf("document.title is %q: the body's script ran", got)
+	}
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#peek script").length`))
+	must("count scripts", err)
+	if n != 0 {
+		t.Errorf("the peek table holds %d script elements; want 0", n)
+	}
+	disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("redrive").disabled`))
+	must("read the redrive button", err)
+	if !disabled {
+		t.Errorf("the redrive button is enabled before signing in")
+	}
+
+	// Sign in with the token, then redrive against warehouse's inbox rows.
+	must("open the sign-in page", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/login"), chromedp.SendKeys(chromedp.CSS("#token"), testToken)))
+	clickAndLoad("#sign-in")
+	must("sign in", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#sign-out"))))
+	must("open the DLQ page signed in", chromedp.Do(ctx,
+		chromedp.Navigate(tc.url+"/dlq?queue="+url.QueryEscape(q.Name)),
+		chromedp.WaitVisible(chromedp.CSS("#peek")),
+		chromedp.SendKeys(chromedp.CSS("#handler"), "warehouse")))
+	shoot("dlq")
+	status := clickAndLoad("#redrive")
+	must("wait for the result", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#report"))))
+	if s := text("#result"); status != http.StatusOK || !strings.Contains(s, "never applied: moved to "+q.Name) || !strings.Contains(s, "moved 2 messages") {
+		t.Errorf("the redrive's result (HTTP %d):\n%s", status, s)
+	}
+	shoot("redrive")
+	if got := title(); got == "pwned" {
+		t.Errorf("document.title is %q: a script ran", got)
+	}
+
+	// Exactly the two messages warehouse never applied are back in the queue (beside the two
+	// sent there); the applied one is gone, the keyless one left in the DLQ.
+	got := keysIn(t, q.URL, 4)
+	if want := []string{"evt_0001", "evt_0002", "evt_9f3k", "evt_b81d"}; !slices.Equal(got, want) {
+		t.Errorf("the queue holds %v; want %v", got, want)
+	}
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 1, 30*time.Second)
+
+	// The overview as an operator sees it after the redrive, signed in.
+	must("open the overview again", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/?key=evt_7d2a"), chromedp.WaitVisible(chromedp.CSS("#lookup-result"))))
+	shoot("overview")
+}
+
+// screenshotDir is the directory SQSINBOX_SCREENSHOTS names, made absolute ("" when unset).
+func screenshotDir(t *testing.T) string {
+	d := os.Getenv(screenshotsEnv)
+	if d == "" {
+		return ""
+	}
+	if !filepath.IsAbs(d) {
+		d = filepath.Join("..", "..", d) // the test runs in cmd/sqsinbox
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
