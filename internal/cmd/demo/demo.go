@@ -228,6 +228,17 @@ func run(ctx context.Context, o options) (err error) {
 			say("%s %-9s %s", lead, sub.name, outcome)
 		}
 	}
+	// The operator's question, as `sqsinbox events show evt_9f3k` answers it: which handlers
+	// applied the event, when, and from which delivery.
+	found, err := ib.Lookup(ctx, storyEvent)
+	if err != nil {
+		return fail("looking up "+storyEvent, err)
+	}
+	say("\nWas %s processed? (sqsinbox events show %s)", storyEvent, storyEvent)
+	for _, p := range found {
+		say("  %-9s at %s, from queue %s, message %s (receive %d), on %s", p.Handler, p.SeenAt.UTC().Format("15:04:05.000"),
+			p.Queue, p.MessageID, p.ReceiveCount, p.Instance)
+	}
 	say("")
 
 	// The load: o.Events more events, a fifth of them sent 2 to 5 times.
