@@ -334,5 +334,36 @@ func TestRedriveKnowsTheInbox(t *testing.T) {
 	}
 	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 1, 30*time.Second) // the keyless one
 	redrive("--dry-run", "--mode", "move-task").mustFail(t, 2, "needs --mode copy")
-	cli(t, "", "redrive", "--from", dlq, "--to", q.Name, "--dry-run").mustFail(t, 2, "--dry-run and --keep-applied need --handler")
+	cli(t, "", "redrive", "--from", dlq, "--to", q.Name, "--dry-run").mustFail(t, 2, "--dry-run, --keep-applied and --key need --handler")
+	redrive("--key", "message-id").mustFail(t, 2, "a moved copy gets a new one")
+}
+
+// TestRedriveWithTheHandlersKey (the pass's SQS server, PostgreSQL): a handler keyed by the JSON
+// field order_id is classified by that key with --key json:order_id (and by the default key, the
+// body's id, without it); a list of keys is tried in order.
+func TestRedriveWithTheHandlersKey(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_rdkey")
+	schema := dbArgs[len(dbArgs)-1]
+	if _, err := pool.Exec(t.Context(), `INSERT INTO `+schema+`.processed_messages (handler, event_id) VALUES ('billing', 'o-1')`); err != nil {
+		t.Fatal(err)
+	}
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-rdkey", MaxReceiveCount: 3})
+	dlq := lastPart(q.DLQURL)
+	cli(t, `{"id":"evt_1","order_id":"o-1"}`+"\n"+`{"id":"evt_2","order_id":"o-2"}`, "send", "--queue", dlq).mustOK(t)
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 2, 30*time.Second)
+	redrive := func(extra ...string) result {
+		return cli(t, "", append(append([]string{"redrive", "--from", dlq, "--to", q.Name, "--handler", "billing", "--dry-run"}, extra...), dbArgs...)...)
+	}
+	for _, tc := range []struct{ key, never, applied string }{
+		{"json:order_id", "never applied: 1 (would be moved to " + q.Name + ") [o-2]", "already applied: 1 (would be deleted from the DLQ) [o-1]"},
+		{"attribute:order,json:order_id", "never applied: 1", "already applied: 1 (would be deleted from the DLQ) [o-1]"},
+		{"default", "never applied: 2", "already applied: 0"},
+	} {
+		r := redrive("--key", tc.key).mustOK(t)
+		if !strings.Contains(r.stdout, tc.never) || !strings.Contains(r.stdout, tc.applied) {
+			t.Errorf("--key %s:\n%s\nwant %q and %q", tc.key, r.stdout, tc.never, tc.applied)
+		}
+		sqstest.WaitCount(t, srv.Client(), q.DLQURL, 2, 30*time.Second)
+	}
 }

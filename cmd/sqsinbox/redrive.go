@@ -52,6 +52,9 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 	dryRun := fs.Bool("dry-run", false, "with --handler: count and sample each class, change nothing")
 	keepApplied := fs.Bool("keep-applied", false, "with --handler: leave messages already applied in the DLQ instead of deleting them")
 	rate := fs.Float64("rate", 0, "copy mode: at most this many messages a second (0: no limit)")
+	keyFlag := fs.String("key", "default", "with --handler: where the handler takes its event key, as its worker does: default (the event_id "+
+		"attribute, else the body's \"id\"), attribute:NAME, json:FIELD, body (the SHA-256 of the body) or sns-message-id; "+
+		"several, separated by commas, are tried in order")
 	db.register(fs)
 	words, err := parse(fs, args)
 	if err != nil {
@@ -67,8 +70,8 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, *mode)
 	}
 	switch {
-	case *handler == "" && (*dryRun || *keepApplied):
-		return fmt.Errorf("%w: --dry-run and --keep-applied need --handler", errUsage)
+	case *handler == "" && (*dryRun || *keepApplied || *keyFlag != "default"):
+		return fmt.Errorf("%w: --dry-run, --keep-applied and --key need --handler", errUsage)
 	case *handler != "" && *mode == "move-task":
 		return fmt.Errorf("%w: --handler classifies message by message: it needs --mode copy (or auto)", errUsage)
 	case *rate < 0:
@@ -89,6 +92,9 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 		}
 		defer closeDB()
 		if cl, err = db.newClassifier(ctx, ib, *handler, *dryRun, *keepApplied); err != nil {
+			return err
+		}
+		if cl.key, err = parseKeyFlag(*keyFlag); err != nil {
 			return err
 		}
 	}
@@ -372,6 +378,7 @@ const (
 type classifier struct {
 	ib                  *inbox.Inbox
 	handler             string
+	key                 inboxhandler.KeyFunc // the handler's key; nil is inboxhandler.DefaultKey
 	dryRun, keepApplied bool
 	counts              [3]int
 	samples             [3][]string
@@ -393,17 +400,53 @@ const sampleSize = 3
 
 // messageKey is a received message's event key as the worker takes it: the event_id attribute,
 // else the body's "id", inside an SNS envelope too.
-func messageKey(m types.Message) (string, error) {
+func messageKey(m types.Message) (string, error) { return messageKeyWith(m, inboxhandler.DefaultKey) }
+
+// messageKeyWith is messageKey with the handler's own key function.
+func messageKeyWith(m types.Message, key inboxhandler.KeyFunc) (string, error) {
 	wm := &worker.Message{ID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)),
 		Attributes: m.MessageAttributes, SystemAttributes: m.Attributes}
 	if err := worker.UnwrapSNS(wm, worker.SNSAuto); err != nil {
 		return "", err
 	}
-	return inboxhandler.DefaultKey(wm)
+	return key(wm)
+}
+
+// parseKeyFlag reads --key: the key functions of inboxhandler, by name, tried in order. The SQS
+// MessageId is not among them: a moved copy gets a new one, so a handler keyed by it would run
+// the copy again whatever the inbox says.
+func parseKeyFlag(v string) (inboxhandler.KeyFunc, error) {
+	var fns []inboxhandler.KeyFunc
+	for part := range strings.SplitSeq(v, ",") {
+		kind, arg, _ := strings.Cut(strings.TrimSpace(part), ":")
+		switch {
+		case kind == "default" && arg == "":
+			fns = append(fns, inboxhandler.DefaultKey)
+		case kind == "attribute" && arg != "":
+			fns = append(fns, inboxhandler.KeyFromAttribute(arg))
+		case kind == "json" && arg != "":
+			fns = append(fns, inboxhandler.KeyFromJSONField(arg))
+		case kind == "body" && arg == "":
+			fns = append(fns, inboxhandler.KeyFromBody)
+		case kind == "sns-message-id" && arg == "":
+			fns = append(fns, inboxhandler.KeyFromSNSMessageID)
+		default:
+			return nil, fmt.Errorf("%w: --key %q: %q is not default, attribute:NAME, json:FIELD, body or sns-message-id "+
+				"(the SQS MessageId cannot be: a moved copy gets a new one)", errUsage, v, part)
+		}
+	}
+	if len(fns) == 1 {
+		return fns[0], nil
+	}
+	return inboxhandler.FirstKey(fns...), nil
 }
 
 func (cl *classifier) classify(ctx context.Context, m types.Message) class {
-	key, err := messageKey(m)
+	keyFn := cl.key
+	if keyFn == nil {
+		keyFn = inboxhandler.DefaultKey
+	}
+	key, err := messageKeyWith(m, keyFn)
 	if err != nil {
 		return cl.count(classLeave, aws.ToString(m.MessageId), "no valid key: "+err.Error())
 	}
