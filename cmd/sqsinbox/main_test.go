@@ -367,3 +367,33 @@ func TestRedriveWithTheHandlersKey(t *testing.T) {
 		sqstest.WaitCount(t, srv.Client(), q.DLQURL, 2, 30*time.Second)
 	}
 }
+
+// TestRedriveLeavesWhatTheQueueWouldRefuse (the pass's SQS server, PostgreSQL): a DLQ message
+// larger than the destination's MaximumMessageSize (1,024 bytes here) is left in the DLQ and
+// reported with the reason, never sent blindly; the others are moved.
+func TestRedriveLeavesWhatTheQueueWouldRefuse(t *testing.T) {
+	t.Parallel()
+	_, dbArgs := migratedSchema(t, "cli_rdbig")
+	src := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-rdbig", MaxReceiveCount: 3})
+	out, err := srv.Client().CreateQueue(t.Context(), &sqs.CreateQueueInput{QueueName: aws.String(src.Name + "-small"),
+		Attributes: map[string]string{"MaximumMessageSize": "1024", "VisibilityTimeout": "30", "MessageRetentionPeriod": "345600", "DelaySeconds": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := aws.ToString(out.QueueUrl)
+	big := `{"id":"evt_big","pad":"` + strings.Repeat("x", 2000) + `"}`
+	dlq := lastPart(src.DLQURL)
+	cli(t, big+"\n"+`{"id":"evt_small"}`, "send", "--queue", dlq).mustOK(t)
+	sqstest.WaitCount(t, srv.Client(), src.DLQURL, 2, 30*time.Second)
+	r := cli(t, "", append([]string{"redrive", "--from", dlq, "--to", lastPart(small), "--handler", "warehouse"}, dbArgs...)...).mustOK(t)
+	for _, want := range []string{"never applied: 1", "left in the DLQ: 1", "over " + lastPart(small) + "'s MaximumMessageSize of 1024"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("redrive lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	ms := receiveAll(t, small, 1)
+	if !strings.Contains(aws.ToString(ms[0].Body), "evt_small") {
+		t.Errorf("moved %q; want evt_small", aws.ToString(ms[0].Body))
+	}
+	sqstest.WaitCount(t, srv.Client(), src.DLQURL, 1, 30*time.Second)
+}

@@ -214,6 +214,8 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		}
 	}()
 	pace := newPacer(rate)
+	limit := queueMaxBytes(ctx, c, toURL, e.stderr) // a copy over it would be refused: left, and said
+	tooBig := 0
 	seen := map[string]bool{} // the messages this run has handled, by MessageId
 	var heldSince time.Time   // when this run first found messages in flight in an empty-looking DLQ
 	fifo := len(toURL) > 5 && toURL[len(toURL)-5:] == ".fifo"
@@ -261,6 +263,14 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 			seen[aws.ToString(m.MessageId)] = true
 			if err := pace.wait(ctx); err != nil {
 				left = append(left, aws.ToString(m.ReceiptHandle))
+				continue
+			}
+			if size := messageBytes(m); size > limit {
+				left = append(left, aws.ToString(m.ReceiptHandle))
+				tooBig++
+				if cl != nil {
+					cl.count(classLeave, aws.ToString(m.MessageId), fmt.Sprintf("%d bytes, over %s's MaximumMessageSize of %d", size, lastPart(toURL), limit))
+				}
 				continue
 			}
 			if cl != nil {
@@ -319,7 +329,21 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 	}
 	fmt.Fprintf(e.stdout, "moved %s from %s to %s as copies: their retention period starts again now\n",
 		plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
+	if tooBig > 0 && cl == nil {
+		fmt.Fprintf(e.stdout, "left %s in %s: over %s's MaximumMessageSize of %d bytes\n", plural(tooBig, "message"), lastPart(fromURL),
+			lastPart(toURL), limit)
+	}
 	return nil
+}
+
+// messageBytes is a message's size as SQS counts it against MaximumMessageSize: its body and each
+// attribute's name, type and value.
+func messageBytes(m types.Message) int {
+	n := len(aws.ToString(m.Body))
+	for name, a := range m.MessageAttributes {
+		n += len(name) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue)) + len(a.BinaryValue)
+	}
+	return n
 }
 
 // redriveHold is how long a redrive's receive hides a message from other receivers; heldWait is

@@ -491,6 +491,6 @@ func maxBytesOf(v, what string, stderr io.Writer) int {
 }
 
 func maxBytesUnread(what, why string, stderr io.Writer) int {
-	fmt.Fprintf(stderr, "sqsinbox send: cannot read %s's MaximumMessageSize (%s); using %s\n", what, why, bytesText(defaultMaxBytes))
+	fmt.Fprintf(stderr, "sqsinbox: cannot read %s's MaximumMessageSize (%s); using %s\n", what, why, bytesText(defaultMaxBytes))
 	return defaultMaxBytes
 }
