@@ -397,3 +397,79 @@ func TestRedriveLeavesWhatTheQueueWouldRefuse(t *testing.T) {
 	}
 	sqstest.WaitCount(t, srv.Client(), src.DLQURL, 1, 30*time.Second)
 }
+
+// TestRedriveFIFO (servers with FIFO queues, PostgreSQL): a FIFO DLQ's messages, three groups of
+// four, one of them already applied, are moved back with their group ids, in their order within
+// each group. Each was sent to the source queue moments before with the same deduplication id,
+// as a message dead-lettered within SQS's 5-minute deduplication window was: a copy keeping that
+// id would be dropped by SQS and then deleted from the DLQ, lost; every never-applied one arrives.
+func TestRedriveFIFO(t *testing.T) {
+	t.Parallel()
+	srv.Need(t, sqstest.FIFO)
+	pool, dbArgs := migratedSchema(t, "cli_rdfifo")
+	schema := dbArgs[len(dbArgs)-1]
+	if _, err := pool.Exec(t.Context(), `INSERT INTO `+schema+`.processed_messages (handler, event_id) VALUES ('warehouse', 'g1-2')`); err != nil {
+		t.Fatal(err)
+	}
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-rdfifo", FIFO: true, MaxReceiveCount: 3})
+	var msgs []sqstest.Message
+	for i := range 4 {
+		for g := range 3 {
+			id := fmt.Sprintf("g%d-%d", g, i)
+			msgs = append(msgs, sqstest.Message{Body: fmt.Sprintf(`{"id":%q}`, id), GroupID: fmt.Sprint("g", g), DedupID: "d-" + id})
+		}
+	}
+	for _, url := range []string{q.URL, q.DLQURL} {
+		if err := sqstest.Send(t.Context(), srv.Client(), url, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The originals in the source queue are consumed, as a worker would before they failed.
+	receiveAndDelete(t, q.URL, len(msgs))
+	r := cli(t, "", append([]string{"redrive", "--from", lastPart(q.DLQURL), "--to", q.Name, "--handler", "warehouse"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "never applied: 11") || !strings.Contains(r.stdout, "already applied: 1") {
+		t.Fatalf("redrive:\n%s", r.stdout)
+	}
+	got := map[string][]string{}
+	for _, m := range receiveAndDelete(t, q.URL, 11) {
+		g := m.Attributes["MessageGroupId"]
+		got[g] = append(got[g], aws.ToString(m.Body))
+	}
+	for g := range 3 {
+		var want []string
+		for i := range 4 {
+			if id := fmt.Sprintf("g%d-%d", g, i); id != "g1-2" {
+				want = append(want, fmt.Sprintf(`{"id":%q}`, id))
+			}
+		}
+		if fmt.Sprint(got[fmt.Sprint("g", g)]) != fmt.Sprint(want) {
+			t.Errorf("group g%d arrived as %v; want %v", g, got[fmt.Sprint("g", g)], want)
+		}
+	}
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 0, 30*time.Second)
+}
+
+// receiveAndDelete receives n messages from the queue at url, deleting each as it comes (so a
+// FIFO group's next one is released), and fails unless exactly n come within a minute.
+func receiveAndDelete(t *testing.T, url string, n int) []types.Message {
+	t.Helper()
+	var got []types.Message
+	deadline := time.Now().Add(time.Minute)
+	for len(got) < n && time.Now().Before(deadline) {
+		out, err := srv.Client().ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			got = append(got, m)
+			if _, err := srv.Client().DeleteMessage(t.Context(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("received %d messages from %s; want %d", len(got), lastPart(url), n)
+	}
+	return got
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -302,9 +304,7 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 			}
 			if fifo {
 				in.MessageGroupId = aws.String(m.Attributes["MessageGroupId"])
-				if d := m.Attributes["MessageDeduplicationId"]; d != "" {
-					in.MessageDeduplicationId = aws.String(d)
-				}
+				in.MessageDeduplicationId = aws.String(redriveDedupID(m))
 			}
 			if _, err := c.SendMessage(bctx, in); err != nil {
 				return fmt.Errorf("send to %s after moving %d: %s (the message stays in the DLQ)", lastPart(toURL), moved, apiError(err))
@@ -334,6 +334,22 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 			lastPart(toURL), limit)
 	}
 	return nil
+}
+
+// redriveDedupID is the MessageDeduplicationId of a FIFO message's copy: derived from its
+// original one and its MessageId in the DLQ, not the original itself. SQS drops, without an
+// error, a message whose deduplication id the queue saw in the last 5 minutes: a copy carrying
+// the original id, made within 5 minutes of the original send, would be dropped and then deleted
+// from the DLQ, lost. The derived id is the same for every copy of one DLQ message, so a copy
+// sent again after an interrupted run (in the 5 minutes) is deduplicated; past them, the inbox
+// absorbs it.
+func redriveDedupID(m types.Message) string {
+	h := sha256.New()
+	for _, p := range []string{"sqsinbox/redrive/v1", m.Attributes["MessageDeduplicationId"], aws.ToString(m.MessageId)} {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // messageBytes is a message's size as SQS counts it against MaximumMessageSize: its body and each
