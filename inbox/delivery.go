@@ -71,26 +71,65 @@ func (ib *Inbox) deliveryArgs(ctx context.Context, d Delivery) (deliveryArgs, er
 	if d.ReceiveCount > 0 {
 		a.receiveCount = pgtype.Int2{Int16: int16(min(d.ReceiveCount, 1<<15-1)), Valid: true}
 	}
-	if len(d.TraceID) == 32 {
-		if b, err := hex.DecodeString(d.TraceID); err == nil {
-			a.traceID = b
-		}
-	}
+	a.traceID = parseTraceID(d.TraceID)
 	return a, nil
 }
 
-// parseUUID reads a UUID in its 36-character text form.
+// parseUUID reads a UUID in its 36-character text form, without allocating.
 func parseUUID(s string) ([16]byte, bool) {
 	var id [16]byte
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return id, false
 	}
-	b, err := hex.DecodeString(s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:])
-	if err != nil {
-		return id, false
+	j := 0
+	for i := 0; i < 36; i += 2 {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i--
+			continue
+		}
+		b, ok := hexByte(s[i], s[i+1])
+		if !ok {
+			return id, false
+		}
+		id[j] = b
+		j++
 	}
-	copy(id[:], b)
 	return id, true
+}
+
+// hexByte is the byte two hex digits spell.
+func hexByte(hi, lo byte) (byte, bool) {
+	h, ok1 := hexDigit(hi)
+	l, ok2 := hexDigit(lo)
+	return h<<4 | l, ok1 && ok2
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// parseTraceID reads 32 hex digits into the 16 bytes stored.
+func parseTraceID(s string) []byte {
+	if len(s) != 32 {
+		return nil
+	}
+	b := make([]byte, 16)
+	for i := range b {
+		v, ok := hexByte(s[2*i], s[2*i+1])
+		if !ok {
+			return nil
+		}
+		b[i] = v
+	}
+	return b
 }
 
 // formatUUID is the text form of a UUID.

@@ -49,7 +49,7 @@ type Message struct {
 func (m *Message) TraceID() string {
 	if tp, ok := m.Attribute("traceparent"); ok {
 		// 00-<32 hex: trace id>-<16 hex: parent id>-<2 hex: flags>
-		if len(tp) >= 55 && tp[:3] == "00-" && tp[35] == '-' && isHex(tp[3:35]) && tp[3:35] != strings.Repeat("0", 32) {
+		if len(tp) >= 55 && tp[:3] == "00-" && tp[35] == '-' && isHex(tp[3:35]) && tp[3:35] != zeroTraceID {
 			return strings.ToLower(tp[3:35])
 		}
 	}
@@ -62,6 +62,9 @@ func (m *Message) TraceID() string {
 	}
 	return ""
 }
+
+// zeroTraceID is W3C's invalid trace id.
+const zeroTraceID = "00000000000000000000000000000000"
 
 func isHex(s string) bool {
 	for i := range len(s) {
