@@ -234,6 +234,6 @@ func FreeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	addr := ln.Addr().String()
+	return addr, ln.Close()
 }
