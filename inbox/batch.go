@@ -349,12 +349,7 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 		make([]pgtype.Int2, len(claims)), make([][]byte, len(claims))
 	for j, c := range claims {
 		handlers[j], keys[j] = c.handler, c.key
-		d, err := r.ib.deliveryArgs(r.ctx, r.items[a.owner[c]].Delivery)
-		if err != nil {
-			err = claimError(r.ctx, err)
-			r.endClaims(err)
-			return err
-		}
+		d := r.ib.deliveryArgs(r.ctx, r.items[a.owner[c]].Delivery)
 		srcs[j], ids[j], counts[j], traces[j] = d.source, d.messageID, d.receiveCount, d.traceID
 	}
 	a.fresh = make(map[pair]bool, len(claims))

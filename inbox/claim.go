@@ -106,10 +106,7 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome, error) {
 	// BEGIN and the claim, which also bounds the transaction's waits (see boundedClaim), travel
 	// in one round trip.
-	d, err := ib.deliveryArgs(ctx, deliveryFrom(ctx))
-	if err != nil {
-		return 0, claimError(ctx, err)
-	}
+	d := ib.deliveryArgs(ctx, deliveryFrom(ctx))
 	var tag pgconn.CommandTag
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -117,7 +114,7 @@ func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome
 	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, false)
 	br := ib.pool.SendBatch(hctx, b)
 	tx := br.Tx()
-	err = br.Close() // the first error says what went wrong: the statements run in order
+	err := br.Close() // the first error says what went wrong: the statements run in order
 	// The rollback must happen even when ctx is done. After a commit it is a no-op.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err != nil {
@@ -183,10 +180,7 @@ func (ib *Inbox) RunTx(ctx context.Context, tx pgx.Tx, handler, key string, fn F
 }
 
 func (ib *Inbox) runTx(ctx context.Context, tx pgx.Tx, handler, key string, fn Func) (Outcome, error) {
-	d, err := ib.deliveryArgs(ctx, deliveryFrom(ctx))
-	if err != nil {
-		return 0, claimError(ctx, err)
-	}
+	d := ib.deliveryArgs(ctx, deliveryFrom(ctx))
 	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, true)
 	tag, err := tx.Exec(hctx, ib.sql.claim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID)
 	if err != nil {

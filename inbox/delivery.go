@@ -58,13 +58,14 @@ type deliveryArgs struct {
 	traceID      []byte
 }
 
-func (ib *Inbox) deliveryArgs(ctx context.Context, d Delivery) (deliveryArgs, error) {
+// deliveryArgs never fails: a source that cannot be registered now (the database is down, and
+// the claim will say so in its own words) is left out of this row and tried again at the next
+// claim. What a row records for operators must never stop an event's processing.
+func (ib *Inbox) deliveryArgs(ctx context.Context, d Delivery) deliveryArgs {
 	var a deliveryArgs
-	src, err := ib.sources.id(ctx, ib, d.Queue)
-	if err != nil {
-		return a, err
+	if src, err := ib.sources.id(ctx, ib, d.Queue); err == nil {
+		a.source = pgtype.Int4{Int32: src, Valid: true}
 	}
-	a.source = pgtype.Int4{Int32: src, Valid: true}
 	if id, ok := parseUUID(d.MessageID); ok {
 		a.messageID = pgtype.UUID{Bytes: id, Valid: true}
 	}
@@ -72,7 +73,7 @@ func (ib *Inbox) deliveryArgs(ctx context.Context, d Delivery) (deliveryArgs, er
 		a.receiveCount = pgtype.Int2{Int16: int16(min(d.ReceiveCount, 1<<15-1)), Valid: true}
 	}
 	a.traceID = parseTraceID(d.TraceID)
-	return a, nil
+	return a
 }
 
 // parseUUID reads a UUID in its 36-character text form, without allocating.
@@ -143,11 +144,13 @@ func formatUUID(u pgtype.UUID) string {
 
 // sources registers each (queue, instance) this process claims from in inbox_sources once, and
 // keeps the ids, so that a claim costs no round trip for it after the first of each queue, and
-// no lock: the map is replaced, never changed, and read without one.
+// no lock: the map is replaced, never changed, and read without one. Registrations run without
+// the lock too (two at once for one queue are harmless), so a database that is down slows each
+// claim once, not all of them in a line.
 type sources struct {
 	ids      atomic.Pointer[map[string]int32]
-	mu       sync.Mutex // serialises registrations
-	instance string     // resolved at the first registration, under mu
+	mu       sync.Mutex // guards instance and the replacing of ids
+	instance string     // resolved at the first registration
 }
 
 func (s *sources) id(ctx context.Context, ib *Inbox, queue string) (int32, error) {
@@ -157,29 +160,28 @@ func (s *sources) id(ctx context.Context, ib *Inbox, queue string) (int32, error
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := map[string]int32{}
-	if m := s.ids.Load(); m != nil {
-		if id, ok := (*m)[queue]; ok {
-			return id, nil
-		}
-		old = *m
-	} else {
+	if s.instance == "" {
 		s.instance = ib.cfg.Instance
 		if s.instance == "" {
 			s.instance = DefaultInstance(ctx)
 		}
 	}
+	instance := s.instance
+	s.mu.Unlock()
 	// DO UPDATE, not DO NOTHING: it returns the id of a row another process inserted
 	// concurrently, which DO NOTHING's snapshot would not see.
 	var id int32
 	err := ib.pool.QueryRow(ctx, "INSERT INTO "+sqlident.Quote(ib.cfg.Schema, "inbox_sources")+" (queue, instance) VALUES ($1, $2) "+
-		"ON CONFLICT (queue, instance) DO UPDATE SET queue = EXCLUDED.queue RETURNING id", queue, s.instance).Scan(&id)
+		"ON CONFLICT (queue, instance) DO UPDATE SET queue = EXCLUDED.queue RETURNING id", queue, instance).Scan(&id)
 	if err != nil {
-		return 0, fmt.Errorf("recording the source (queue %q, instance %q): %w", queue, s.instance, err)
+		return 0, fmt.Errorf("recording the source (queue %q, instance %q): %w", queue, instance, err)
 	}
-	m := make(map[string]int32, len(old)+1)
-	maps.Copy(m, old)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[string]int32{}
+	if old := s.ids.Load(); old != nil {
+		m = maps.Clone(*old)
+	}
 	m[queue] = id
 	s.ids.Store(&m)
 	return id, nil
