@@ -101,7 +101,7 @@ func TestLongHandlerOnOldMessage(t *testing.T) {
 		causes := make(chan error, 1)
 		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Metrics: met,
 			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-				ok := pollUntil(ctx, 15*time.Second, func() bool { return met.get(worker.Heartbeats) >= 4 })
+				ok := sqstest.PollUntil(ctx, 15*time.Second, func() bool { return met.get(worker.Heartbeats) >= 4 })
 				if !ok {
 					causes <- context.Cause(ctx)
 					return errors.New("the lease did not last four heartbeats")
@@ -264,20 +264,4 @@ func TestFIFOExpiredHandleIsGone(t *testing.T) {
 			t.Errorf("delete failures %d, want 0", f)
 		}
 	})
-}
-
-// pollUntil polls cond every 10 ms until it holds (true), ctx ends or timeout passes (false).
-func pollUntil(ctx context.Context, timeout time.Duration, cond func() bool) bool {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-tick.C:
-		}
-	}
-	return true
 }

@@ -146,7 +146,7 @@ func TestHeartbeat(t *testing.T) {
 					return nil
 				}
 				// Seven extensions, one every third of the visibility timeout: over two timeouts.
-				if !pollUntil(ctx, 30*time.Second, func() bool { return rc.extensions(m.ReceiptHandle) >= 7 }) {
+				if !sqstest.PollUntil(ctx, 30*time.Second, func() bool { return rc.extensions(m.ReceiptHandle) >= 7 }) {
 					lost <- fmt.Errorf("%s: %d extensions, context: %s", m.Body, rc.extensions(m.ReceiptHandle), fmt.Sprint(context.Cause(ctx)))
 					return errors.New("the lease did not last")
 				}

@@ -19,3 +19,20 @@ func WaitCount(t testing.TB, c Counter, url string, want int, timeout time.Durat
 		return n == want, fmt.Sprintf("%d messages", n)
 	})
 }
+
+// PollUntil polls cond every 10 ms until it holds (true), or ctx ends or timeout passes (false),
+// for code that waits inside a handler, where WaitFor's failing of the test does not fit.
+func PollUntil(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}

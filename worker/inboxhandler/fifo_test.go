@@ -271,7 +271,7 @@ func TestFIFOGroupLock(t *testing.T) {
 			delivered[m.GroupID] = append(delivered[m.GroupID], key)
 			mu.Unlock()
 			if key == head && m.ReceiveCount == 1 {
-				ok := pollUntilCtx(ctx, 30*time.Second, func() bool {
+				ok := sqstest.PollUntil(ctx, 30*time.Second, func() bool {
 					mu.Lock()
 					defer mu.Unlock()
 					if len(delivered["g0"]) > 1 {
@@ -396,20 +396,4 @@ func TestFIFODeduplication(t *testing.T) {
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("handler calls per MessageId %v, want %v", seen, want)
 	}
-}
-
-// pollUntilCtx polls cond every 10 ms until it holds (true), ctx ends or timeout passes (false).
-func pollUntilCtx(ctx context.Context, timeout time.Duration, cond func() bool) bool {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-tick.C:
-		}
-	}
-	return true
 }

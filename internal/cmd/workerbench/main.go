@@ -44,6 +44,7 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/internal/proccpu"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
@@ -293,7 +294,7 @@ func (b *bench) classic(ctx context.Context, n int, csFlag string, repeat int, w
 	// With the CPU each message costs the three processes, the machine's cores bound the rate;
 	// a share well under 1 means the run waited on latency, not on CPU.
 	fmt.Printf("\nCPU per message in the worker runs (from /proc, %d ms resolution), and the rate the machine's %d cores would allow at that cost\n",
-		clockTick/time.Millisecond, runtime.NumCPU())
+		proccpu.ClockTick/time.Millisecond, runtime.NumCPU())
 	fmt.Printf("\n| conc | worker process (%[1]s) | %[1]s | PostgreSQL (%[1]s) | total (%[1]s) | CPU bound (%[1]s) | worker+%[1]s / CPU bound | worker process (fake) | PostgreSQL (fake) |\n", b.name)
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range cpus {
