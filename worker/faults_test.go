@@ -176,6 +176,7 @@ func TestReceiveErrorsBackOff(t *testing.T) {
 	eachServer(t, needs(sqstest.Faults), func(t *testing.T, s *server) {
 		for _, fault := range []error{sqsfake.Throttled, sqsfake.KMSThrottled, sqsfake.OverLimit, sqsfake.Unavailable} {
 			t.Run(fault.Error(), func(t *testing.T) {
+				s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 				t.Parallel()
 				b := s.bundle(t, sqsfake.QueueOptions{})
 				b.send(t, bodies(30, "m"))
@@ -280,6 +281,7 @@ func TestDeleteGiveUp(t *testing.T) {
 func TestStaleReceiptHandle(t *testing.T) {
 	eachServer(t, needs(sqstest.Faults), func(t *testing.T, s *server) {
 		t.Run("delete", func(t *testing.T) {
+			s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 			t.Parallel()
 			b := s.bundle(t, sqsfake.QueueOptions{})
 			b.send(t, bodies(10, "m"))
@@ -299,6 +301,7 @@ func TestStaleReceiptHandle(t *testing.T) {
 			}
 		})
 		t.Run("heartbeat", func(t *testing.T) {
+			s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 			t.Parallel()
 			b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
 			b.send(t, bodies(1, "m"))
@@ -469,6 +472,7 @@ func TestBackpressure(t *testing.T) {
 			prefetch, held int
 		}{{0, 7}, {-1, 0}, {3, 3}} {
 			t.Run(fmt.Sprint("prefetch=", tc.prefetch), func(t *testing.T) {
+				s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 				t.Parallel()
 				b := s.bundle(t, sqsfake.QueueOptions{})
 				b.send(t, bodies(100, "m"))
@@ -525,6 +529,7 @@ func TestStopReleasesHeldGroup(t *testing.T) {
 	eachServer(t, needs(sqstest.GroupBatch, sqstest.Faults), func(t *testing.T, s *server) {
 		for _, noBatch := range []bool{false, true} {
 			t.Run(fmt.Sprint("noBatch=", noBatch), func(t *testing.T) {
+				s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 				t.Parallel()
 				b := s.bundle(t, sqsfake.QueueOptions{Name: ".fifo"})
 				b.f.SetFaults(sqsfake.Faults{NoChangeVisibilityBatch: noBatch})

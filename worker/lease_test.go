@@ -57,6 +57,7 @@ func TestRetryOfOldMessage(t *testing.T) {
 			{"RetryBlocked", worker.RetryBlocked(5*time.Second, errors.New("held")), 5},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
+				s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 				t.Parallel()
 				b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 30 * time.Second})
 				var vis visibilityRequests

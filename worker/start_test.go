@@ -143,6 +143,7 @@ func TestStartAndStopLogOneLineEach(t *testing.T) {
 func TestPauseAndLeaseLossLoggedOncePerEpisode(t *testing.T) {
 	eachServer(t, needs(sqstest.Faults), func(t *testing.T, s *server) {
 		t.Run("pause", func(t *testing.T) {
+			s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 			t.Parallel()
 			b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 30 * time.Second})
 			b.send(t, bodies(10, "m"))
@@ -178,6 +179,7 @@ func TestPauseAndLeaseLossLoggedOncePerEpisode(t *testing.T) {
 			}
 		})
 		t.Run("lease", func(t *testing.T) {
+			s := s.fresh() // a fake of its own: its faults are not the other subtests\'
 			t.Parallel()
 			b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second})
 			b.f.SetFaults(sqsfake.Faults{Before: func(op string, in any) error {

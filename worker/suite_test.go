@@ -73,6 +73,16 @@ func eachServer(t *testing.T, needs []sqstest.Feature, run func(t *testing.T, s 
 	}
 }
 
+// fresh returns s with a fake of its own, for a subtest that sets faults: the fake's faults are
+// one set for all its queues, so parallel subtests must not share it. A real server is shared.
+func (s *server) fresh() *server {
+	if s.fake == nil {
+		return s
+	}
+	f := sqsfake.New()
+	return &server{name: s.name, fake: f, client: f}
+}
+
 // needs lists features, for eachServer.
 func needs(fs ...sqstest.Feature) []sqstest.Feature { return fs }
 
