@@ -188,6 +188,14 @@ type Config struct {
 	// [SNSMode].
 	SNS SNSMode
 
+	// Payloads fetches the payloads of messages whose body points to a payload offloaded to S3
+	// (the format of AWS's extended client libraries; see package s3payload), so that the
+	// handler sees the payload as if it had come inline: in a raw message, or inside an SNS
+	// envelope, marked by a reserved size attribute on the message as delivered. nil means
+	// none: such a message is then refused before its handler ([ErrOffloadedPayload]) and goes
+	// the retry-then-DLQ way, since its body is not its payload.
+	Payloads PayloadFetcher
+
 	// StartTimeout bounds [Worker.Start]: reading the queue's and its dead-letter queue's
 	// attributes and the handler's start-up checks (for the inbox, its database). An endpoint that
 	// accepts connections but never answers then fails Start with an error that names it, instead

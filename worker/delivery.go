@@ -25,7 +25,7 @@ type delivery struct {
 	m       *Message
 	lease   *lease    // nil without a worker
 	arrived time.Time // when the ReceiveMessage call that returned it came back (HeldWait counts from here)
-	refused error     // why the message cannot reach its handler (a malformed SNS envelope), or nil
+	refused error     // why the message cannot reach its handler (a malformed SNS envelope, a payload not fetched), or nil
 	group   *group    // on a FIFO queue, the messages of its group from the same receive
 	pos     int       // its place in group
 	held    bool      // counted as held: received and not yet taken by a runner
@@ -65,6 +65,9 @@ func (e *engine) receive(sm *types.Message, requested, arrived time.Time) *deliv
 	m.Queue = e.queue
 	d := &delivery{e: e, m: m, arrived: arrived, held: true}
 	d.refused = UnwrapSNS(m, e.cfg.SNS)
+	if d.refused == nil {
+		d.refused = offloadRefusal(m, e.cfg.Payloads)
+	}
 	d.lease = startLease(e.sw, m, e.vis, e.now, e.cfg.MaxHold)
 	e.held.Add(1)
 	return d

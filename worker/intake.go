@@ -274,6 +274,7 @@ func (w *Worker) runner(id int) {
 		if w.e.pause.active() {
 			run = w.holdBack(buf) // a new slice: buf keeps its capacity of n
 		}
+		run, release := w.e.fetchPayloads(run)
 		began := time.Now()
 		switch {
 		case len(run) == 0:
@@ -284,6 +285,7 @@ func (w *Worker) runner(id int) {
 				d.run(w.cfg.Handler)
 			}
 		}
+		release()
 		if len(run) > 0 {
 			w.e.runNanos.Add(int64(time.Since(began)))
 			w.e.runMsgs.Add(int64(len(run)))

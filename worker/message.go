@@ -40,6 +40,11 @@ type Message struct {
 	// SNS is the SNS metadata when the message arrived in an SNS notification envelope (see
 	// Config.SNS); Body and Attributes are then the published ones. nil otherwise.
 	SNS *SNSNotification
+
+	// Offloaded is where the payload was fetched from ("s3://bucket/key") when the message
+	// pointed to an offloaded payload (Config.Payloads); Body is then the payload. Empty
+	// otherwise.
+	Offloaded string
 }
 
 // TraceID returns the trace the message carried, as 32 lowercase hex digits, or "" when it carried

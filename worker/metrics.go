@@ -52,11 +52,13 @@ const (
 	// ([BrokenDeployment]; for the inbox, a missing table, column, function or grant): they pause
 	// the worker and are not counted as failed.
 	BrokenDeployments Counter = "broken_deployments"
+	// PayloadsFetched counts offloaded payloads fetched (Config.Payloads) before their handler.
+	PayloadsFetched Counter = "payloads_fetched"
 )
 
 // Counters lists every [Counter], for adapters that register them up front.
 var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Blocked, Discarded, Released,
-	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors, Batches, BatchedMessages, RolledBack, BatchRetries, BrokenDeployments}
+	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors, Batches, BatchedMessages, RolledBack, BatchRetries, BrokenDeployments, PayloadsFetched}
 
 // Histogram names one of the worker's histograms of durations.
 type Histogram string
@@ -71,10 +73,13 @@ const (
 	// brought it (a long poll's wait is not counted), before its handler started (prefetched messages wait for a free handler; a batch's for the messages before
 	// them).
 	HeldWait Histogram = "held_wait"
+	// PayloadFetchDuration observes each fetch of offloaded payloads (Config.Payloads): one per
+	// handler call whose messages include one.
+	PayloadFetchDuration Histogram = "payload_fetch_duration"
 )
 
 // Histograms lists every [Histogram].
-var Histograms = []Histogram{HandlerDuration, CommitToDelete, HeldWait}
+var Histograms = []Histogram{HandlerDuration, CommitToDelete, HeldWait, PayloadFetchDuration}
 
 // Metrics receives the worker's measurements. Implementations must be safe for concurrent use and
 // fast: they are called on every message. See the workerprom package for Prometheus.

@@ -37,6 +37,8 @@ const (
 	// Wire is a server across HTTP: the SDK's transport, retries, timeouts and request bodies.
 	// The in-process fake lacks it.
 	Wire Feature = "an SQS server over HTTP"
+	// S3 is S3 on the server's endpoint (or AWS_ENDPOINT_URL_S3's), for offloaded payloads.
+	S3 Feature = "S3"
 )
 
 // noFaults is why a real server lacks [Faults].
@@ -53,6 +55,7 @@ var lacking = map[Kind]map[Feature]string{
 		VisibilityBatch:    "GoAws lacks ChangeMessageVisibilityBatch and ignores DelaySeconds",
 		SendBatchResults:   "GoAws answers SendMessageBatch with empty Successful and Failed lists",
 		Faults:             noFaults,
+		S3:                 "GoAws serves SQS and SNS only; it has no S3",
 	},
 	KindFauxqs: {
 		GroupBatch: "fauxqs returns at most one message per group in a receive",

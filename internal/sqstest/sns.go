@@ -243,10 +243,13 @@ func Publish(ctx context.Context, c Publisher, topicARN string, msgs []Message) 
 		entries := make([]snstypes.PublishBatchRequestEntry, n)
 		for i, m := range msgs[:n] {
 			e := snstypes.PublishBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), Message: aws.String(m.Body)}
-			if len(m.Attributes) > 0 {
-				e.MessageAttributes = make(map[string]snstypes.MessageAttributeValue, len(m.Attributes))
+			if len(m.Attributes)+len(m.Numbers) > 0 {
+				e.MessageAttributes = make(map[string]snstypes.MessageAttributeValue, len(m.Attributes)+len(m.Numbers))
 				for k, v := range m.Attributes {
 					e.MessageAttributes[k] = snstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+				}
+				for k, v := range m.Numbers {
+					e.MessageAttributes[k] = snstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(v)}
 				}
 			}
 			if m.GroupID != "" {

@@ -130,10 +130,13 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqstest: AWS_ENDPOINT_URL_SQS is not set, and %w", err)
 	}
-	s.env = saveEnv("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SNS", EnvServer, envChildGoAws)
+	s.env = saveEnv("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SNS", "AWS_ENDPOINT_URL_S3", EnvServer, envChildGoAws)
 	_ = os.Setenv("AWS_ENDPOINT_URL_SQS", s.Endpoint)
-	// Both servers answer SNS on the same endpoint (sns.go).
+	// Both servers answer SNS on the same endpoint (sns.go); fauxqs answers S3 there too.
 	_ = os.Setenv("AWS_ENDPOINT_URL_SNS", s.Endpoint)
+	if s.Kind == KindFauxqs {
+		_ = os.Setenv("AWS_ENDPOINT_URL_S3", s.Endpoint)
+	}
 	s.setKind(s.Kind) // so child processes know which quirks apply
 	if err := s.init(ctx); err != nil {
 		s.Close()
@@ -432,6 +435,7 @@ func randomSuffix() string {
 type Message struct {
 	Body       string
 	Attributes map[string]string // String message attributes
+	Numbers    map[string]string // Number message attributes
 	GroupID    string            // FIFO only
 	DedupID    string            // FIFO only
 }
@@ -449,10 +453,13 @@ func Send(ctx context.Context, c Sender, url string, msgs []Message) error {
 		entries := make([]types.SendMessageBatchRequestEntry, n)
 		for i, m := range msgs[:n] {
 			e := types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(m.Body)}
-			if len(m.Attributes) > 0 {
-				e.MessageAttributes = make(map[string]types.MessageAttributeValue, len(m.Attributes))
+			if len(m.Attributes)+len(m.Numbers) > 0 {
+				e.MessageAttributes = make(map[string]types.MessageAttributeValue, len(m.Attributes)+len(m.Numbers))
 				for k, v := range m.Attributes {
 					e.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+				}
+				for k, v := range m.Numbers {
+					e.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(v)}
 				}
 			}
 			if m.GroupID != "" {

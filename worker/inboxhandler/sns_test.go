@@ -74,6 +74,8 @@ type subscriber struct {
 	raw  bool
 	mode worker.SNSMode
 	met  *counters
+	// payloads is the worker's Config.Payloads (offload_test.go), or nil.
+	payloads worker.PayloadFetcher
 }
 
 // subscribe makes a queue (with a DLQ, maxReceiveCount 3) subscribed to the topic for handler
@@ -92,7 +94,7 @@ func (b *snsBundle) start(t *testing.T, s *subscriber, log *slog.Logger) *worker
 	if err != nil {
 		t.Fatal(err)
 	}
-	return workertest.Start(t, srv.Client(), &worker.Config{QueueURL: s.q.URL, Handler: h, SNS: s.mode,
+	return workertest.Start(t, srv.Client(), &worker.Config{QueueURL: s.q.URL, Handler: h, SNS: s.mode, Payloads: s.payloads,
 		WaitTime: time.Second, Backoff: func(int) time.Duration { return 0 }, Metrics: s.met, Logger: log})
 }
 
