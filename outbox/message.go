@@ -287,9 +287,16 @@ func (m *Message) size() int {
 // sizeLimit is the size limit of a message's destination; set says Config.MaxMessageSizes gave
 // it for that destination (a topic's may then pass MaxSNSMessageSize).
 type sizeLimit struct {
-	n   int
-	set bool
+	n       int
+	set     bool
+	offload int // Config.MaxOffloadSize: the largest body accepted over n, to be offloaded
 }
+
+// pointerReserve is the room a message offloaded by the relay keeps under its limit for the
+// pointer that replaces its body and the size attribute: a pointer names a bucket (at most 63
+// bytes) and a key (the writer's prefix, up to 256 bytes, an event id or its hash, up to 200,
+// and a SHA-256, 64), in JSON.
+const pointerReserve = 1024
 
 func (m *Message) validate(maxSize sizeLimit) (Destination, error) {
 	d, err := ParseDestination(m.Destination)
@@ -321,7 +328,15 @@ func (m *Message) validate(maxSize sizeLimit) (Destination, error) {
 		limit = min(limit, MaxSNSMessageSize)
 	}
 	if n := m.size(); n > limit {
-		return d, invalid("Body", "the message is %d bytes with its attributes (the event_id included); the limit for this destination is %d", n, limit)
+		switch {
+		case maxSize.offload == 0:
+			return d, invalid("Body", "the message is %d bytes with its attributes (the event_id included); the limit for this destination is %d", n, limit)
+		case len(m.Body) > maxSize.offload:
+			return d, invalid("Body", "is %d bytes; the largest body offloaded to S3 is %d (Config.MaxOffloadSize)", len(m.Body), maxSize.offload)
+		case n-len(m.Body)+pointerReserve > limit:
+			return d, invalid("Attributes", "with the attributes (the event_id included), the message offloaded to S3 would be %d bytes (a pointer reserved %d); the limit for this destination is %d",
+				n-len(m.Body)+pointerReserve, pointerReserve, limit)
+		}
 	}
 	if m.GroupID != "" && !fifoIDRE.MatchString(m.GroupID) {
 		return d, invalid("GroupID", "%q: want 1 to 128 characters of A-Z a-z 0-9 and ASCII punctuation", m.GroupID)

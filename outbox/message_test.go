@@ -151,6 +151,14 @@ func TestMaxMessageSize(t *testing.T) {
 	if _, err := outbox.New(b.pool, &outbox.Config{MaxMessageSize: outbox.MaxMessageSizeLimit + 1}); err == nil || !strings.Contains(err.Error(), "Config.MaxMessageSize") {
 		t.Fatalf("New with MaxMessageSize over 1 MiB = %v; want an error naming the field", err)
 	}
+	if _, err := outbox.New(b.pool, &outbox.Config{MaxOffloadSize: outbox.MaxOffloadSizeLimit + 1}); err == nil || !strings.Contains(err.Error(), "Config.MaxOffloadSize") {
+		t.Fatalf("New with MaxOffloadSize over its limit = %v; want an error naming the field", err)
+	}
+	off := setup(t, &outbox.Config{MaxOffloadSize: 1 << 20})
+	attrs := map[string]outbox.Attribute{"pad": outbox.StringAttribute(strings.Repeat("p", 256*1024-900))}
+	if _, err := off.ob.Add(ctx, off.tx(t), outbox.Message{Destination: queueURL, Body: body, Attributes: attrs}); err == nil || !strings.Contains(err.Error(), "Message.Attributes: with the attributes") {
+		t.Fatalf("a body to offload with attributes that leave no room for the pointer = %v; want refused", err)
+	}
 	if _, err := outbox.New(b.pool, &outbox.Config{Schema: "Bad-Schema"}); err == nil || !strings.Contains(err.Error(), "Config.Schema") {
 		t.Fatalf("New with a bad schema = %v; want an error naming the field", err)
 	}

@@ -80,7 +80,19 @@ type Config struct {
 	// is room under SQS's 10 attributes (the event_id included), and only if the message then
 	// still fits its size limit: trace context never makes Add fail. nil means none.
 	Propagate func(ctx context.Context) map[string]string
+
+	// MaxOffloadSize is the largest body, in bytes, that Add accepts over its destination's size
+	// limit: such a message's body goes to S3 when the relay publishes it (RelayConfig.Payloads,
+	// whose threshold must not exceed the smallest destination limit), and the message carries a
+	// pointer to it. The rest of the message (its attributes and a pointer of about 1 KiB) must
+	// still fit the limit. 0 means none: Add refuses a message over its limit. At most
+	// MaxOffloadSizeLimit.
+	MaxOffloadSize int
 }
+
+// MaxOffloadSizeLimit is the highest Config.MaxOffloadSize: 512 MiB (a row holds the body until
+// the relay publishes it; PostgreSQL's limit for one value is 1 GiB).
+const MaxOffloadSizeLimit = 512 << 20
 
 func (c *Config) fill() error {
 	c.Schema = cmp.Or(c.Schema, DefaultSchema)
@@ -106,6 +118,9 @@ func (c *Config) validate() error {
 		if n < 1 || n > MaxMessageSizeLimit {
 			return fmt.Errorf("outbox: Config.MaxMessageSizes[%q] is %d; it must be from 1 to %d", dest, n, MaxMessageSizeLimit)
 		}
+	}
+	if c.MaxOffloadSize < 0 || c.MaxOffloadSize > MaxOffloadSizeLimit {
+		return fmt.Errorf("outbox: Config.MaxOffloadSize is %d; it must be from 0 (none) to %d", c.MaxOffloadSize, MaxOffloadSizeLimit)
 	}
 	if c.Retention < 0 {
 		return fmt.Errorf("outbox: Config.Retention is %v; it must be positive (0 means %v)", c.Retention, DefaultRetention)
@@ -235,9 +250,9 @@ func (ob *Outbox) withTraceContext(ctx context.Context, msg Message) Message {
 // MaxMessageSize (for a topic, at most MaxSNSMessageSize).
 func (ob *Outbox) limit(dest string) sizeLimit {
 	if n, ok := ob.cfg.MaxMessageSizes[dest]; ok {
-		return sizeLimit{n: n, set: true}
+		return sizeLimit{n: n, set: true, offload: ob.cfg.MaxOffloadSize}
 	}
-	return sizeLimit{n: ob.cfg.MaxMessageSize}
+	return sizeLimit{n: ob.cfg.MaxMessageSize, offload: ob.cfg.MaxOffloadSize}
 }
 
 // Add is [Outbox.Add] with the default Config: the table of DefaultSchema, and messages up to

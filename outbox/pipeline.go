@@ -153,7 +153,17 @@ func (rl *Relay) publishJob(j *job) jobReport {
 		return o
 	}
 	pctx, cancel := context.WithDeadline(ctx, minTime(j.deadline, time.Now().Add(rl.cfg.PublishTimeout)))
-	errs := rl.publish(pctx, j.rows)
+	ready, errs := rl.offload(pctx, j.rows)
+	if len(ready) > 0 {
+		perr := rl.publish(pctx, ready)
+		k := 0
+		for i := range j.rows {
+			if errs[i] == nil {
+				errs[i] = perr[k]
+				k++
+			}
+		}
+	}
 	cancel()
 	for i, r := range j.rows {
 		switch {
@@ -258,6 +268,10 @@ func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, j
 		if err := r.decode(raw[i]); err != nil {
 			bad.failed, bad.failedErrs = append(bad.failed, r.id), append(bad.failedErrs, err.Error())
 			continue
+		}
+		if rl.cfg.Payloads != nil && rl.cfg.Payloads.Needs(r.size) {
+			// Batched by the size it will have: a pointer in place of the body.
+			r.offload, r.size = true, r.size-len(r.body)+pointerReserve
 		}
 		rows = append(rows, r)
 	}

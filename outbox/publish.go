@@ -13,6 +13,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/plainbody"
+	"golang.org/x/sync/errgroup"
 )
 
 // SQSClient is the part of the SQS API that the relay uses. Its method copies the signature of
@@ -43,6 +44,7 @@ type row struct {
 	dedupID     string
 	delay       int32
 	size        int
+	offload     bool // its body goes to S3 before it is published (RelayConfig.Payloads)
 }
 
 func (r *row) decode(raw []byte) error {
@@ -176,3 +178,42 @@ func (rl *Relay) publish(ctx context.Context, batch []*row) []error {
 func plainSQSRequestBodies(o *sqs.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
 
 func plainSNSRequestBodies(o *sns.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
+
+// offload puts the bodies of the rows marked for it in S3 (at most MaxBatchEntries at once) and
+// replaces each with its pointer and the reserved size attribute. It returns the rows ready to
+// publish, and, per row of rows, why its upload failed (nil otherwise).
+func (rl *Relay) offload(ctx context.Context, rows []*row) ([]*row, []error) {
+	errs := make([]error, len(rows))
+	var g errgroup.Group
+	some := false
+	for i, r := range rows {
+		if !r.offload {
+			continue
+		}
+		some = true
+		g.Go(func() error {
+			o, err := rl.cfg.Payloads.Put(ctx, r.eventID, []byte(r.body))
+			if err != nil {
+				errs[i] = err
+				return nil
+			}
+			r.body, r.offload = o.Body, false
+			if r.attrs == nil {
+				r.attrs = map[string]storedAttribute{}
+			}
+			r.attrs[o.Attribute] = storedAttribute{DataType: "Number", StringValue: o.Size}
+			return nil
+		})
+	}
+	if !some {
+		return rows, errs
+	}
+	_ = g.Wait()
+	ready := make([]*row, 0, len(rows))
+	for i, r := range rows {
+		if errs[i] == nil {
+			ready = append(ready, r)
+		}
+	}
+	return ready, errs
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/internal/core/startstop"
+	"github.com/sqsinbox/sqsinbox/s3payload"
 
 	"github.com/sqsinbox/sqsinbox/migrate"
 )
@@ -96,6 +97,18 @@ type RelayConfig struct {
 	// MaxBatchBytes is the payload limit of one batch call (the sum of its messages' sizes).
 	// 0 means DefaultMaxBatchBytes (256 KiB); more than MaxMessageSizeLimit (1 MiB) is an error.
 	MaxBatchBytes int
+
+	// Payloads, when set, offloads to S3 the body of each message over its threshold (or every
+	// body, as configured) before publishing it: the message then carries a pointer to the
+	// object and the reserved size attribute, in the format of AWS's extended client libraries,
+	// which sqsinbox's worker (worker.Config.Payloads) and those libraries read. The object's key
+	// comes from the event id and the payload's SHA-256, so publishing an event again (after a
+	// crash between the upload and the publish, or a lost lease) writes the same object, not a
+	// second one. The relay never deletes objects; a lifecycle rule expires them. Its threshold
+	// must not exceed the smallest limit among the destinations (256 KiB by default, which is
+	// SNS's). nil means none: a message over its destination's limit fails, and is parked in
+	// the end. Accepting such messages is Config.MaxOffloadSize.
+	Payloads *s3payload.Writer
 
 	// Logger receives the relay's reports. nil means slog.Default().
 	Logger *slog.Logger
