@@ -165,7 +165,12 @@ environment:
                   /readyz beside them (default: none)
   HEALTH_ADDR     serve /livez (alive, even in a database outage: for ECS's health check) and
                   /readyz (running and not paused) at HEALTH_ADDR (default: none)
-  AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_PROFILE, ...: the standard AWS configuration
+  SQSINBOX_PAYLOAD_BUCKETS  comma-separated S3 buckets from which the worker fetches payloads
+                  offloaded in AWS's extended-client format (default: none; such messages
+                  then go to the DLQ)
+  SQSINBOX_PAYLOAD_MAX_BYTES  the largest payload fetched (default 67108864, 64 MiB)
+  AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_S3, AWS_PROFILE, ...: the standard AWS
+                  configuration
 `, name)
 }
 
@@ -241,6 +246,11 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 			return err
 		}
 		defer stopHealth()
+	}
+	if wc.Payloads == nil {
+		if wc.Payloads, err = payloadReader(awsCfg, getenv); err != nil {
+			return err
+		}
 	}
 	w, err := worker.New(sqs.NewFromConfig(awsCfg), &wc)
 	if err != nil {
