@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/s3payload"
 )
 
 // defaultMaxBytes is a destination's limit when it does not say its MaximumMessageSize: 256 KiB,
@@ -45,7 +46,13 @@ func runSend(ctx context.Context, e env, args []string) error {
 			"within 5 minutes of the first.\n\n"+
 			"A message (the line plus its event_id attribute) may be at most the queue's or topic's\n"+
 			"MaximumMessageSize (256 KiB unless raised, up to 1 MiB; 256 KiB where the server does not\n"+
-			"say), read before anything is sent; --max-bytes sets a lower limit.\n\n"+traceEnvHelp)
+			"say), read before anything is sent; --max-bytes sets a lower limit.\n\n"+
+			"--offload-bucket puts each line over that limit (every line, with --offload-always) in\n"+
+			"that S3 bucket, under sqsinbox/<event key>/<SHA-256 of the line>, and sends a pointer\n"+
+			"to it with the ExtendedPayloadSize attribute, in the format of AWS's extended client\n"+
+			"libraries: workers fetch it back (SQSINBOX_PAYLOAD_BUCKETS). A line is at most\n"+
+			"--offload-max-bytes then. Objects are never deleted by sqsinbox: the bucket's lifecycle\n"+
+			"rule expires them.\n\n"+traceEnvHelp)
 	queue := fs.String("queue", "", "queue name or URL (this or --topic-arn is required)")
 	topic := fs.String("topic-arn", "", "publish to this SNS topic instead of sending to a queue")
 	repeat := fs.Int("repeat", 1, "send each line this many times (duplicates on purpose)")
@@ -55,6 +62,9 @@ func runSend(ctx context.Context, e env, args []string) error {
 	maxBytes := fs.Int("max-bytes", 0, "the largest message sent, body and attributes, in bytes (0: the queue's or topic's MaximumMessageSize)")
 	groupID := fs.String("group-id", "", "FIFO MessageGroupId: a literal, key (the event key) or field:NAME")
 	dedupID := fs.String("dedup-id", "", "FIFO MessageDeduplicationId: a literal, key (the event key) or field:NAME")
+	offBucket := fs.String("offload-bucket", "", "put lines over the message limit in this S3 bucket and send pointers to them")
+	offAlways := fs.Bool("offload-always", false, "with --offload-bucket, offload every line, whatever its size")
+	offMax := fs.Int("offload-max-bytes", s3payload.DefaultMaxPayload, "with --offload-bucket, the largest line sent")
 	words, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -147,6 +157,14 @@ func runSend(ctx context.Context, e env, args []string) error {
 		whose += " MaximumMessageSize"
 	}
 	limitText := fmt.Sprintf("%s message limit (%s)", bytesText(limit), whose)
+	off, err := newOffloader(ctx, fs.timeout, *offBucket, *offAlways, *offMax, limit)
+	if err != nil {
+		return err
+	}
+	readLimit := limit
+	if off != nil {
+		readLimit, limitText = *offMax, fmt.Sprintf("%s line limit (--offload-max-bytes)", bytesText(*offMax))
+	}
 	// Read and check every line first, so a bad line sends nothing.
 	var (
 		entries []types.SendMessageBatchRequestEntry
@@ -154,7 +172,7 @@ func runSend(ctx context.Context, e env, args []string) error {
 		lineOf  []int // each entry's line number
 		lines   int
 	)
-	err = readLines(in, limit, func(line int, b []byte, n int) error {
+	err = readLines(in, readLimit, func(line int, b []byte, n int) error {
 		if n == 0 {
 			return nil
 		}
@@ -176,6 +194,11 @@ func runSend(ctx context.Context, e env, args []string) error {
 			size += len("event_id") + len("String") + len(key)
 		case !*allowNoKey:
 			return fmt.Errorf("%s line %d: %w (use --allow-no-key to send it without an event_id)", name, line, err)
+		}
+		if off != nil && (off.always || size > limit) {
+			if size, err = off.put(ctx, &entry, key, b); err != nil {
+				return fmt.Errorf("%s line %d: %w", name, line, err)
+			}
 		}
 		if size > limit {
 			return fmt.Errorf("%s line %d: %d bytes with its event_id attribute, over the %s", name, line, size, limitText)
