@@ -333,6 +333,9 @@ func (m *Message) validate(maxSize sizeLimit) (Destination, error) {
 			return d, invalid("Body", "the message is %d bytes with its attributes (the event_id included); the limit for this destination is %d", n, limit)
 		case len(m.Body) > maxSize.offload:
 			return d, invalid("Body", "is %d bytes; the largest body offloaded to S3 is %d (Config.MaxOffloadSize)", len(m.Body), maxSize.offload)
+		case len(m.Attributes) > MaxAttributes-2:
+			return d, invalid("Attributes", "has %d attributes; a message offloaded to S3 takes at most %d, since the relay adds %s and the size attribute (SQS and SNS take %d)",
+				len(m.Attributes), MaxAttributes-2, EventIDAttribute, MaxAttributes)
 		case n-len(m.Body)+pointerReserve > limit:
 			return d, invalid("Attributes", "with the attributes (the event_id included), the message offloaded to S3 would be %d bytes (a pointer reserved %d); the limit for this destination is %d",
 				n-len(m.Body)+pointerReserve, pointerReserve, limit)

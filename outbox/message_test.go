@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +159,13 @@ func TestMaxMessageSize(t *testing.T) {
 	attrs := map[string]outbox.Attribute{"pad": outbox.StringAttribute(strings.Repeat("p", 256*1024-900))}
 	if _, err := off.ob.Add(ctx, off.tx(t), outbox.Message{Destination: queueURL, Body: body, Attributes: attrs}); err == nil || !strings.Contains(err.Error(), "Message.Attributes: with the attributes") {
 		t.Fatalf("a body to offload with attributes that leave no room for the pointer = %v; want refused", err)
+	}
+	nine := map[string]outbox.Attribute{}
+	for i := range 9 {
+		nine[fmt.Sprintf("a%d", i)] = outbox.StringAttribute("v")
+	}
+	if _, err := off.ob.Add(ctx, off.tx(t), outbox.Message{Destination: queueURL, Body: body, Attributes: nine}); err == nil || !strings.Contains(err.Error(), "a message offloaded to S3 takes at most 8") {
+		t.Fatalf("a body to offload with 9 attributes = %v; want refused (the relay adds event_id and the size attribute)", err)
 	}
 	if _, err := outbox.New(b.pool, &outbox.Config{Schema: "Bad-Schema"}); err == nil || !strings.Contains(err.Error(), "Config.Schema") {
 		t.Fatalf("New with a bad schema = %v; want an error naming the field", err)

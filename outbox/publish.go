@@ -191,6 +191,10 @@ func (rl *Relay) offload(ctx context.Context, rows []*row) ([]*row, []error) {
 			continue
 		}
 		some = true
+		if len(r.attrs) > MaxAttributes-2 {
+			errs[i] = fmt.Errorf("outbox: the message has %d attributes; offloaded to S3 it may have at most %d, since the relay adds %s and the size attribute", len(r.attrs), MaxAttributes-2, EventIDAttribute)
+			continue
+		}
 		g.Go(func() error {
 			o, err := rl.cfg.Payloads.Put(ctx, r.eventID, []byte(r.body))
 			if err != nil {

@@ -31,22 +31,39 @@ const installTimeout = 10 * time.Minute
 
 var installMu sync.Mutex
 
-// fauxqsDir returns the directory that holds fauxqs, installing it first if needed: npm ci of
-// the committed lock file into a temporary directory of the user's cache, renamed into place
-// when complete, under a lock file so that test binaries running at once install it once.
+// fauxqsDir returns the directory that holds fauxqs, installing it first if needed (NpmKit).
 func fauxqsDir(ctx context.Context) (string, error) {
+	return NpmKit(ctx, "fauxqs", FauxqsVersion, fauxqsFiles)
+}
+
+// FauxqsNode returns the Node that runs fauxqs (the one its lock file pins, where the platform
+// has it), installing fauxqs first if needed: other npm kits of the tests run on it too.
+func FauxqsNode(ctx context.Context) (string, error) {
+	dir, err := fauxqsDir(ctx)
+	if err != nil {
+		return "", fmt.Errorf("fauxqs %s could not be installed: %w", FauxqsVersion, err)
+	}
+	return nodeBinary(ctx, dir)
+}
+
+// NpmKit returns the directory that holds the npm kit internal/tools/NAME, installing it first
+// if needed: npm ci of its committed lock file into a temporary directory of the user's cache,
+// renamed into place when complete (~/.cache/sqsinbox/NAME-VERSION-HASH, where HASH is of files,
+// so a changed pin or script gets a fresh install), under a lock file so that test binaries
+// running at once install it once.
+func NpmKit(ctx context.Context, name, version string, files []string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	src := filepath.Join(root, "internal", "tools", "fauxqs")
+	src := filepath.Join(root, "internal", "tools", name)
 	h := sha256.New()
-	for _, name := range fauxqsFiles {
-		b, err := os.ReadFile(filepath.Join(src, name))
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(h, "%s %d\n", name, len(b))
+		fmt.Fprintf(h, "%s %d\n", f, len(b))
 		h.Write(b)
 	}
 	cache, err := os.UserCacheDir()
@@ -54,7 +71,7 @@ func fauxqsDir(ctx context.Context) (string, error) {
 		return "", err
 	}
 	base := filepath.Join(cache, "sqsinbox")
-	dir := filepath.Join(base, "fauxqs-"+FauxqsVersion+"-"+hex.EncodeToString(h.Sum(nil))[:12])
+	dir := filepath.Join(base, name+"-"+version+"-"+hex.EncodeToString(h.Sum(nil))[:12])
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
@@ -64,7 +81,7 @@ func fauxqsDir(ctx context.Context) (string, error) {
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(filepath.Join(base, "fauxqs.lock"))
+	unlock, err := lockFile(filepath.Join(base, name+".lock"))
 	if err != nil {
 		return "", fmt.Errorf("lock %s: %w", base, err)
 	}
@@ -73,26 +90,26 @@ func fauxqsDir(ctx context.Context) (string, error) {
 		return dir, nil // another test binary installed it while this one waited
 	}
 	// Leftovers of an install that was killed. Holding the lock, no install is running.
-	if old, _ := filepath.Glob(filepath.Join(base, "fauxqs-install-*")); len(old) > 0 {
+	if old, _ := filepath.Glob(filepath.Join(base, name+"-install-*")); len(old) > 0 {
 		for _, o := range old {
 			_ = os.RemoveAll(o)
 		}
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		return "", fmt.Errorf("fauxqs is installed with npm ci, and npm is not on PATH: %w", err)
+		return "", fmt.Errorf("%s is installed with npm ci, and npm is not on PATH: %w", name, err)
 	}
-	tmp, err := os.MkdirTemp(base, "fauxqs-install-")
+	tmp, err := os.MkdirTemp(base, name+"-install-")
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }() // a no-op once renamed
-	for _, name := range fauxqsFiles {
-		b, err := os.ReadFile(filepath.Join(src, name))
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			return "", err
 		}
-		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(tmp, f), b, 0o644); err != nil {
 			return "", err
 		}
 	}
@@ -102,7 +119,7 @@ func fauxqsDir(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ictx, npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", npmError(ctx, err, out, time.Since(start))
+		return "", npmError(ctx, err, out, time.Since(start), name+" "+version)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if _, serr := os.Stat(dir); serr == nil {
@@ -117,11 +134,11 @@ func fauxqsDir(ctx context.Context) (string, error) {
 var networkErrors = regexp.MustCompile(`\b(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|ECONNRESET|ENETUNREACH|EHOSTUNREACH|ERR_SOCKET_TIMEOUT)\b`)
 
 // npmError explains a failed npm ci, naming the registry when npm could not reach it.
-func npmError(ctx context.Context, err error, out []byte, took time.Duration) error {
+func npmError(ctx context.Context, err error, out []byte, took time.Duration, kit string) error {
 	if code := networkErrors.Find(out); code != nil {
 		reg, _ := exec.CommandContext(ctx, "npm", "config", "get", "registry").Output()
-		return fmt.Errorf("npm ci could not reach the npm registry %s (%s, after %v); fauxqs %s is installed from it once per machine: %w",
-			strings.TrimSpace(string(reg)), code, took.Round(time.Second), FauxqsVersion, err)
+		return fmt.Errorf("npm ci could not reach the npm registry %s (%s, after %v); %s is installed from it once per machine: %w",
+			strings.TrimSpace(string(reg)), code, took.Round(time.Second), kit, err)
 	}
 	return fmt.Errorf("npm ci (after %v): %w: %s", took.Round(time.Second), err, tail(string(out), 2000))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/sqsinbox/sqsinbox/internal/extclient"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker"
@@ -258,6 +259,68 @@ func TestOffloadFanOut(t *testing.T) {
 	for _, key := range keys {
 		if _, err := k.s3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(k.bucket), Key: aws.String(key)}); err != nil {
 			t.Errorf("object %s is gone after every subscriber read it: %v", key, err)
+		}
+	}
+}
+
+// TestOffloadInterop (fauxqs; GoAws lacks S3): messages written by a third-party extended client
+// (internal/extclient: an npm port of AWS's extended client, which writes the pointer and
+// SQSLargePayloadSize, no event_id) are applied by our worker once each, keyed by the payload's
+// id, the objects left in place. Ours are read by theirs when written with the legacy attribute
+// name (WriterConfig.LegacyAttribute), the only one that client knows; with ExtendedPayloadSize
+// alone it hands its handler the pointer, which is why the option exists.
+func TestOffloadInterop(t *testing.T) {
+	t.Parallel()
+	k := offloadSetup(t, 0)
+	b := fxSetup(t)
+	s := &subscriber{name: "warehouse", q: srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "offload-interop", MaxReceiveCount: 3}),
+		met: &counters{}, payloads: k.r}
+	ids := eventIDs("ext", 3)
+	var sent []extclient.Sent
+	for _, id := range ids {
+		out, err := extclient.Send(t.Context(), srv.Endpoint, s.q.URL, k.bucket, []byte(bigOrderPaid(id, 300<<10)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, out)
+	}
+	b.start(t, s, nil)
+	waitHandled(t, s, len(ids))
+	b.checkEach(t, []string{"warehouse"}, ids)
+	for i, out := range sent {
+		var got string
+		if err := b.pool.QueryRow(t.Context(), `SELECT encode(sha256(convert_to(body, 'UTF8')), 'hex') FROM `+b.schema+`.fx WHERE event_id = $1`, ids[i]).Scan(&got); err != nil || got != out.SHA256 {
+			t.Errorf("%s: the handler saw SHA-256 %s (%v); the library stored %s", ids[i], got, err, out.SHA256)
+		}
+		if _, err := k.s3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(out.Bucket), Key: aws.String(out.Key)}); err != nil {
+			t.Errorf("%s: the library's object is gone: %v", ids[i], err)
+		}
+	}
+
+	theirs := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "offload-theirs"})
+	legacy, err := s3payload.NewWriter(s3payload.WriterConfig{S3: k.s3, Bucket: k.bucket, LegacyAttribute: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		w        *s3payload.Writer
+		resolved bool
+	}{{legacy, true}, {k.w, false}} {
+		payload := bigOrderPaid("evt_ours", 300<<10)
+		o, err := tc.w.Put(t.Context(), "evt_ours", []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := sqstest.Message{Body: o.Body, Numbers: map[string]string{o.Attribute: o.Size}, Attributes: map[string]string{"event_id": "evt_ours"}}
+		if err := sqstest.Send(t.Context(), srv.Client(), theirs.URL, []sqstest.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := extclient.Receive(t.Context(), srv.Endpoint, theirs.URL, k.bucket)
+		switch {
+		case tc.resolved && (err != nil || !got.Resolved || got.SHA256 != sha(payload) || !got.ObjectExists):
+			t.Errorf("%s: their reader: %v, resolved %v, SHA-256 %s (want %s), object kept %v", o.Attribute, err, got.Resolved, got.SHA256, sha(payload), got.ObjectExists)
+		case !tc.resolved && (got.Resolved || got.RawBody != o.Body):
+			t.Errorf("%s: their reader resolved %v, body %.80q; it knows only %s, so it hands over the pointer", o.Attribute, got.Resolved, got.RawBody, extclient.SizeAttribute)
 		}
 	}
 }
