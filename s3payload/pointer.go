@@ -50,7 +50,7 @@ func ParsePointer(body []byte) (Pointer, error) {
 	}
 	var parts []json.RawMessage
 	if err := json.Unmarshal(body, &parts); err != nil {
-		return p, fmt.Errorf("%w: the body is not a JSON array [class, {s3BucketName, s3Key}]: %v", ErrMalformedPointer, err)
+		return p, fmt.Errorf("%w: the body is not a JSON array [class, {s3BucketName, s3Key}]: %w", ErrMalformedPointer, err)
 	}
 	if len(parts) != 2 {
 		return p, fmt.Errorf("%w: the body is a JSON array of %d elements; want 2, [class, {s3BucketName, s3Key}]", ErrMalformedPointer, len(parts))
@@ -61,7 +61,7 @@ func ParsePointer(body []byte) (Pointer, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(parts[1]))
 	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("%w: its second element is not an object {s3BucketName, s3Key}: %v", ErrMalformedPointer, err)
+		return p, fmt.Errorf("%w: its second element is not an object {s3BucketName, s3Key}: %w", ErrMalformedPointer, err)
 	}
 	switch {
 	case p.Bucket == "":

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
@@ -174,12 +175,8 @@ func (r *Reader) Fetch(ctx context.Context, ms []*worker.Message) (func(), []err
 	g.SetLimit(r.conc)
 	for _, j := range jobs {
 		g.Go(func() error {
-			data, err := r.get(gctx, j.p, j.size)
-			if err != nil {
-				errs[j.i] = &FetchError{j.p, err}
-				return nil // one failure does not stop the others
-			}
-			j.data = data
+			// One failure does not stop the others: each records its own.
+			j.data, errs[j.i] = r.fetchOne(gctx, j.p, j.size)
 			return nil
 		})
 	}
@@ -198,6 +195,15 @@ func (r *Reader) Fetch(ctx context.Context, ms []*worker.Message) (func(), []err
 	return release, errs
 }
 
+// fetchOne reads one object of size bytes, or returns a *FetchError.
+func (r *Reader) fetchOne(ctx context.Context, p Pointer, size int64) ([]byte, error) {
+	data, err := r.get(ctx, p, size)
+	if err != nil {
+		return nil, &FetchError{p, err}
+	}
+	return data, nil
+}
+
 // get reads one object of size bytes.
 func (r *Reader) get(ctx context.Context, p Pointer, size int64) ([]byte, error) {
 	out, err := r.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(p.Bucket), Key: aws.String(p.Key)})
@@ -205,7 +211,12 @@ func (r *Reader) get(ctx context.Context, p Pointer, size int64) ([]byte, error)
 		var nk *types.NoSuchKey
 		var nb *types.NoSuchBucket
 		if errors.As(err, &nk) || errors.As(err, &nb) {
-			return nil, fmt.Errorf("%w: %v", ErrNoObject, err)
+			return nil, fmt.Errorf("%w: %w", ErrNoObject, err)
+		}
+		var api smithy.APIError
+		if errors.As(err, &api) && api.ErrorCode() == "AccessDenied" {
+			// Without s3:ListBucket, S3 answers a missing key with 403, not 404.
+			return nil, fmt.Errorf("access denied: the worker lacks s3:GetObject on it, or the object is gone (expired early?) and S3 hides that from a reader without s3:ListBucket: %w", err)
 		}
 		return nil, fmt.Errorf("GetObject: %w", err)
 	}

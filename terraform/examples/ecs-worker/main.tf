@@ -2,7 +2,8 @@
 # feed the task definition: QUEUE_URL from queue_url, the task role's policy from
 # consumer_policy_json, and the inbox retention is checked against the queue's at plan time.
 # Each task first runs `<worker> migrate` in a short-lived container (run_migrations), and the
-# service scales on the queue's backlog per running task (autoscaling.tf).
+# service scales on the queue's backlog per running task (autoscaling.tf). With payload_bucket,
+# a bucket for payloads offloaded to S3 (../../modules/payload-bucket), which the worker may read.
 
 locals {
   # The cluster's name, the part of its ARN after "cluster/" (a bare name stays as it is):
@@ -36,6 +37,12 @@ locals {
       }
     }
   }] : []
+
+  # With payload_bucket: the buckets the worker may read offloaded payloads from
+  # (s3payload.ReaderConfig.Buckets, comma-separated). A pointer to any other bucket is refused.
+  payload_environment = var.payload_bucket ? [
+    { name = "SQSINBOX_PAYLOAD_BUCKETS", value = module.payload_bucket[0].bucket_name },
+  ] : []
 }
 
 module "queue" {
@@ -47,6 +54,23 @@ module "queue" {
   max_receive_count          = 5
   inbox_retention_seconds    = var.inbox_retention_seconds
   alarm_actions              = var.alarm_actions
+}
+
+# Payloads too large for a message, offloaded to S3 by the producers (the outbox relay, `sqsinbox
+# send`), kept until no delivery of this queue can need them: the queue's redelivery horizon, plus
+# its retention once more for a copy redriven from the DLQ (`sqsinbox redrive --mode copy`), plus a
+# day; 14 + 4 + 1 = 19 days with this queue. The task role may read them (only that: the worker
+# never deletes a payload; the lifecycle rule does). Producers need the writer policy (output
+# payload_writer_policy_json).
+module "payload_bucket" {
+  source = "../../modules/payload-bucket"
+  count  = var.payload_bucket ? 1 : 0
+
+  bucket_name_prefix         = "${lower(replace(var.name, "_", "-"))}-payloads-"
+  redelivery_horizon_seconds = module.queue.redelivery_horizon_seconds
+  redrive_copies             = true
+  queue_retention_seconds    = module.queue.message_retention_seconds
+  reader_role_names          = [aws_iam_role.task.name]
 }
 
 # The task role: what the worker's code may do. Exactly the consumer policy.
@@ -126,11 +150,11 @@ resource "aws_ecs_task_definition" "worker" {
     # not lost: its transaction rolls back and SQS redelivers it after the visibility timeout.
     stopTimeout = var.stop_timeout_seconds
 
-    environment = [
+    environment = concat([
       { name = "QUEUE_URL", value = module.queue.queue_url },
       { name = "AWS_REGION", value = var.region },
       { name = "HEALTH_ADDR", value = "127.0.0.1:8081" },
-    ]
+    ], local.payload_environment)
 
     # Liveness, not readiness: /livez fails only when the worker is wedged. In a database outage
     # every task pauses and is not ready, and a readiness check here would have ECS kill them all.

@@ -22,3 +22,13 @@ output "autoscaling_policy_arn" {
   description = "The target tracking policy on the backlog per task (its alarms are named after it)."
   value       = aws_appautoscaling_policy.backlog_per_task.arn
 }
+
+output "payload_bucket_name" {
+  description = "The payload bucket (null without payload_bucket): the producers' s3payload.WriterConfig.Bucket."
+  value       = var.payload_bucket ? module.payload_bucket[0].bucket_name : null
+}
+
+output "payload_writer_policy_json" {
+  description = "The IAM policy producers need to offload payloads to the bucket (null without payload_bucket)."
+  value       = var.payload_bucket ? module.payload_bucket[0].writer_policy_json : null
+}

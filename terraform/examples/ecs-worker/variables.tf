@@ -118,6 +118,12 @@ variable "inbox_retention_seconds" {
   default     = 1209600
 }
 
+variable "payload_bucket" {
+  description = "Create a bucket for payloads offloaded to S3 (../../modules/payload-bucket, with a lifecycle rule fitted to this queue's redelivery horizon), attach its reader policy to the task role, and give the worker its name in SQSINBOX_PAYLOAD_BUCKETS. Its name starts with \"<name>-payloads-\" (so name must then be at most 27 characters). Producers need the output payload_writer_policy_json. Default: false."
+  type        = bool
+  default     = false
+}
+
 variable "stop_timeout_seconds" {
   description = "Seconds ECS waits after SIGTERM before SIGKILL (the container's stopTimeout; Fargate allows at most 120). The worker stops receiving at SIGTERM, lets in-flight handlers finish for its ShutdownTimeout (default 20 s), then cancels them and releases what it holds (up to 5 s more): this must be longer than the sum."
   type        = number

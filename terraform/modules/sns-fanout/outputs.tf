@@ -9,13 +9,14 @@ output "topic_name" {
 }
 
 output "queues" {
-  description = "Per worker: its queue_url (the worker's QUEUE_URL), queue_arn, dlq_url, dlq_arn, redelivery_horizon_seconds (the shortest inbox retention the worker accepts), maximum_message_size (what the queue accepts), the subscription's ARN and whether it delivers raw, and the subscription DLQ's URL (null without one)."
+  description = "Per worker: its queue_url (the worker's QUEUE_URL), queue_arn, dlq_url, dlq_arn, redelivery_horizon_seconds (the shortest inbox retention the worker accepts), message_retention_seconds (the queue's; with redelivery_horizon_seconds, what ../payload-bucket needs), maximum_message_size (what the queue accepts), the subscription's ARN and whether it delivers raw, and the subscription DLQ's URL (null without one)."
   value = { for k, _ in var.subscribers : k => {
     queue_url                  = module.queue[k].queue_url
     queue_arn                  = module.queue[k].queue_arn
     dlq_url                    = module.queue[k].dlq_url
     dlq_arn                    = module.queue[k].dlq_arn
     redelivery_horizon_seconds = module.queue[k].redelivery_horizon_seconds
+    message_retention_seconds  = module.queue[k].message_retention_seconds
     maximum_message_size       = module.queue[k].maximum_message_size
     subscription_arn           = aws_sns_topic_subscription.this[k].arn
     raw_message_delivery       = aws_sns_topic_subscription.this[k].raw_message_delivery

@@ -19,6 +19,19 @@ mock_provider "aws" {
       arn = "arn:aws:ecs:us-east-1:123456789012:task-definition/mock:1"
     }
   }
+
+  # The payload bucket (payload_bucket = true), named as S3 completes its prefix. A default rather
+  # than an override_resource: the bucket is in a module with count, and OpenTofu's overrides
+  # name a resource with all its instances (module.payload_bucket.aws_s3_bucket.this, like the
+  # sns-fanout tests), while Terraform applies only one that names the instance
+  # (module.payload_bucket[0].aws_s3_bucket.this). A default fits both.
+  mock_resource "aws_s3_bucket" {
+    defaults = {
+      id     = "warehouse-payloads-20250101000000000000000001"
+      bucket = "warehouse-payloads-20250101000000000000000001"
+      arn    = "arn:aws:s3:::warehouse-payloads-20250101000000000000000001"
+    }
+  }
 }
 
 override_resource {
@@ -321,4 +334,67 @@ run "target_of_zero_messages_per_task_fails" {
   }
 
   expect_failures = [var.target_messages_per_task]
+}
+
+# Large payloads offloaded to S3: off by default; on, a bucket whose objects outlive the queue's
+# redeliveries, readable by the task role, named to the worker.
+
+run "payload_bucket_off_by_default" {
+  command = plan
+
+  assert {
+    condition     = length(module.payload_bucket) == 0 && output.payload_bucket_name == null
+    error_message = "No payload bucket unless payload_bucket is set."
+  }
+
+  assert {
+    condition     = length([for e in jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].environment : e if e.name == "SQSINBOX_PAYLOAD_BUCKETS"]) == 0
+    error_message = "Without a payload bucket the worker gets no SQSINBOX_PAYLOAD_BUCKETS."
+  }
+}
+
+run "payload_bucket" {
+  command = plan
+
+  variables {
+    payload_bucket = true
+  }
+
+  assert {
+    condition = contains(
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].environment,
+      { name = "SQSINBOX_PAYLOAD_BUCKETS", value = "warehouse-payloads-20250101000000000000000001" },
+    )
+    error_message = "The worker must be allowed to read the payload bucket (SQSINBOX_PAYLOAD_BUCKETS)."
+  }
+
+  assert {
+    condition     = output.payload_bucket_name == "warehouse-payloads-20250101000000000000000001"
+    error_message = "The bucket's name must be an output, for the producers."
+  }
+
+  assert {
+    condition     = module.payload_bucket[0].expiration_days == 19 && module.payload_bucket[0].minimum_expiration_days == 19
+    error_message = "The payloads must outlive the queue's horizon (14 days), a redriven copy's retention (4) and a day: 19 days."
+  }
+
+  assert {
+    condition = jsondecode(module.payload_bucket[0].reader_policy_json).Statement == [{
+      Sid      = "ReadPayloads"
+      Effect   = "Allow"
+      Action   = ["s3:GetObject"]
+      Resource = "arn:aws:s3:::warehouse-payloads-20250101000000000000000001/sqsinbox/*"
+    }]
+    error_message = "The task role's payload policy must allow only GetObject on the payloads."
+  }
+
+  assert {
+    condition     = jsondecode(output.payload_writer_policy_json).Statement[0].Action == ["s3:PutObject"]
+    error_message = "The producers' policy must be an output."
+  }
+
+  assert {
+    condition     = aws_iam_policy.consume.policy == module.queue.consumer_policy_json
+    error_message = "The consumer policy must stay as it was."
+  }
 }

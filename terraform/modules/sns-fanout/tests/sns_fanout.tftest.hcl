@@ -99,6 +99,11 @@ run "defaults" {
     condition     = output.queues["warehouse"].queue_url == "https://sqs.us-east-1.amazonaws.com/123456789012/worker-queue" && output.queues["loyalty"].raw_message_delivery == false
     error_message = "queues must carry each worker's QUEUE_URL and how its subscription delivers."
   }
+
+  assert {
+    condition     = output.queues["warehouse"].message_retention_seconds == 345600 && output.queues["warehouse"].redelivery_horizon_seconds == 1209600
+    error_message = "queues must carry each queue's retention and redelivery horizon (what the payload-bucket module needs)."
+  }
 }
 
 run "queue_policy_admits_only_the_topic" {
