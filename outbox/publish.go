@@ -196,16 +196,7 @@ func (rl *Relay) offload(ctx context.Context, rows []*row) ([]*row, []error) {
 			continue
 		}
 		g.Go(func() error {
-			o, err := rl.cfg.Payloads.Put(ctx, r.eventID, []byte(r.body))
-			if err != nil {
-				errs[i] = err
-				return nil
-			}
-			r.body, r.offload = o.Body, false
-			if r.attrs == nil {
-				r.attrs = map[string]storedAttribute{}
-			}
-			r.attrs[o.Attribute] = storedAttribute{DataType: "Number", StringValue: o.Size}
+			errs[i] = rl.offloadRow(ctx, r) // one failure does not stop the others
 			return nil
 		})
 	}
@@ -220,4 +211,18 @@ func (rl *Relay) offload(ctx context.Context, rows []*row) ([]*row, []error) {
 		}
 	}
 	return ready, errs
+}
+
+// offloadRow puts r's body in S3 and makes r a pointer to it.
+func (rl *Relay) offloadRow(ctx context.Context, r *row) error {
+	o, err := rl.cfg.Payloads.Put(ctx, r.eventID, []byte(r.body))
+	if err != nil {
+		return err
+	}
+	r.body, r.offload = o.Body, false
+	if r.attrs == nil {
+		r.attrs = map[string]storedAttribute{}
+	}
+	r.attrs[o.Attribute] = storedAttribute{DataType: "Number", StringValue: o.Size}
+	return nil
 }

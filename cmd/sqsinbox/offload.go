@@ -42,7 +42,7 @@ func newOffloader(ctx context.Context, timeout time.Duration, bucket string, alw
 	})
 	w, err := s3payload.NewWriter(s3payload.WriterConfig{S3: c, Bucket: bucket})
 	if err != nil {
-		return nil, fmt.Errorf("%w: --offload-bucket: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: --offload-bucket: %w", errUsage, err)
 	}
 	return &offloader{w: w, always: always}, nil
 }

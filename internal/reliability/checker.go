@@ -16,6 +16,8 @@ type Effect struct {
 	Key    string
 	Value  string
 	Worker string
+	// BodySHA is the SHA-256 (hex) of the body the handler saw.
+	BodySHA string
 	// Group is the message's FIFO group, or empty; GroupSeq is the effect's place in the commit
 	// order of its group (1, 2, ...).
 	Group    string
@@ -97,6 +99,11 @@ type Report struct {
 	// event was sent in). Must be 0. Redriven events are left out: a redrive puts an event
 	// behind its group by policy.
 	Groups, Misordered int
+	// Offloaded: good keys sent ok with their payload offloaded to S3 (Send.Payload).
+	// OffloadedApplied: of those, keys with an effect whose handler saw one of the payloads sent.
+	// PayloadMismatch: effects of keys sent offloaded whose handler saw a body that is none of
+	// those payloads (the pointer, say). Must be 0.
+	Offloaded, OffloadedApplied, PayloadMismatch int
 
 	// Checks are the scenario's own failed conditions (a fault that did not happen, a hot loop,
 	// a worker that crashed); Notes are its measurements.
@@ -122,6 +129,7 @@ func (r *Report) Problems() []string {
 	add(r.BusinessMismatch, "business write mismatch")
 	add(int64(r.Misordered), "effects committed out of send order in their group")
 	add(int64(r.WrongEnd), "events that did not end as expected (applied once, or in the DLQ unapplied)")
+	add(int64(r.PayloadMismatch), "effects of offloaded events whose handler did not see the payload")
 	return append(p, r.Checks...)
 }
 
@@ -270,6 +278,7 @@ func Check(o Observations) Report {
 	}
 	r.BusinessMismatch = o.TotalsSum - int64(len(o.Effects))
 	r.checkOrder(o, ex)
+	r.checkPayloads(o, ex)
 	sort.Strings(r.Examples)
 	return r
 }
@@ -351,6 +360,44 @@ func (r *Report) checkOrder(o Observations, ex func(format string, args ...any))
 	}
 }
 
+// checkPayloads compares the body each effect of an offloaded event saw with the payloads its
+// sends put in S3 (any of them: each send of an event puts a payload of its own). A key is sent
+// either offloaded or inline; the sends the queue refused are left out.
+func (r *Report) checkPayloads(o Observations, ex func(format string, args ...any)) {
+	payloads := map[string]map[string]bool{}
+	sentOK := map[string]bool{}
+	for _, s := range o.Sends {
+		if s.Payload == "" || s.Status == SendFailed || IsPoison(s.Kind) {
+			continue
+		}
+		if payloads[s.Key] == nil {
+			payloads[s.Key] = map[string]bool{}
+		}
+		payloads[s.Key][s.Payload] = true
+		if s.Status == SendOK {
+			sentOK[s.Key] = true
+		}
+	}
+	r.Offloaded = len(sentOK)
+	applied := map[string]bool{}
+	for _, e := range o.Effects {
+		ps, ok := payloads[e.Key]
+		switch {
+		case !ok:
+		case ps[e.BodySHA]:
+			applied[e.Key] = true
+		default:
+			r.PayloadMismatch++
+			ex("payload: key %s was applied with a body of SHA-256 %q, none of its %d offloaded payloads", e.Key, e.BodySHA, len(ps))
+		}
+	}
+	for k := range applied {
+		if sentOK[k] {
+			r.OffloadedApplied++
+		}
+	}
+}
+
 // Observe loads the run's effects and business totals and its delete logs, and adds the sends
 // and what the drain found.
 func (r *Run) Observe(ctx context.Context, sends []Send, d *DrainResult) (Observations, error) {
@@ -358,13 +405,13 @@ func (r *Run) Observe(ctx context.Context, sends []Send, d *DrainResult) (Observ
 	if d != nil {
 		o.DLQ, o.Redriven, o.EffectsBeforeRedrive = d.DLQ, d.Redriven, d.EffectsBeforeRedrive
 	}
-	rows, err := r.Pool.Query(ctx, `SELECT key, value, worker, coalesce(grp, ''), coalesce(grp_seq, 0) FROM `+r.Schema+`.effects`)
+	rows, err := r.Pool.Query(ctx, `SELECT key, value, worker, coalesce(body_sha, ''), coalesce(grp, ''), coalesce(grp_seq, 0) FROM `+r.Schema+`.effects`)
 	if err != nil {
 		return o, err
 	}
 	for rows.Next() {
 		var e Effect
-		if err := rows.Scan(&e.Key, &e.Value, &e.Worker, &e.Group, &e.GroupSeq); err != nil {
+		if err := rows.Scan(&e.Key, &e.Value, &e.Worker, &e.BodySHA, &e.Group, &e.GroupSeq); err != nil {
 			rows.Close()
 			return o, err
 		}

@@ -170,6 +170,16 @@ func TestCheck(t *testing.T) {
 			o.ExpectDLQ = func(k string) bool { return k == "c" }
 			o.Sends = append(o.Sends, reliability.Send{Seq: 9, Key: "c", Kind: reliability.KindGood, Status: reliability.SendUnknown})
 		}, check: func(r reliability.Report) bool { return r.ExpectedDLQ == 0 && r.WrongEnd == 0 }},
+		// An offloaded event must be applied with one of the payloads sent for it, not its pointer.
+		{name: "offloaded event applied with its payload", mutate: func(o *reliability.Observations) {
+			o.Sends[1].Payload = "sha-b1"
+			o.Sends = append(o.Sends, reliability.Send{Seq: 9, Key: "b", Kind: reliability.KindGood, Status: reliability.SendOK, Payload: "sha-b2"})
+			o.Effects[1].BodySHA = "sha-b2"
+		}, check: func(r reliability.Report) bool { return r.Offloaded == 1 && r.OffloadedApplied == 1 }},
+		{name: "offloaded event applied with its pointer", problem: "effects of offloaded events whose handler did not see the payload: 1", mutate: func(o *reliability.Observations) {
+			o.Sends[1].Payload = "sha-b1"
+			o.Effects[1].BodySHA = "sha-of-the-pointer"
+		}, check: func(r reliability.Report) bool { return r.Offloaded == 1 && r.OffloadedApplied == 0 }},
 		{name: "redeliveries counted", mutate: func(o *reliability.Observations) {
 			o.Deletes = append(o.Deletes, del(1, "", reliability.Received), del(1, "", reliability.Received), del(2, "", reliability.Received))
 		}, check: func(r reliability.Report) bool { return r.Redelivered == 1 && r.Deletes == 2 }},

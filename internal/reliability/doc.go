@@ -7,10 +7,12 @@
 //   - A [Producer] sends events with unique values and stable keys (and, on purpose, copies of
 //     some keys, as a retrying producer does) and records each send as ok, failed or unknown.
 //   - The recording handler ([StartWorker]) writes, in its inbox transaction, one effect row
-//     (key, value, worker, attempt, committed_at) and a stacking business write. With
-//     WorkerConfig.Misbehave it also misbehaves with the transaction of some events, chosen by
-//     key ([MisbehaviourOf], the one rule the checker reads too): it swallows a failed
-//     statement, leaves rows open, overruns its timeout inside a statement, or calls Commit.
+//     (key, value, worker, attempt, committed_at, and the SHA-256 of the body it saw) and a
+//     stacking business write. With WorkerConfig.Misbehave it also misbehaves with the
+//     transaction of some events, chosen by key ([MisbehaviourOf], the one rule the checker
+//     reads too): it swallows a failed statement, leaves rows open, overruns its timeout inside
+//     a statement, or calls Commit. With WorkerConfig.PayloadBuckets the worker fetches
+//     payloads offloaded to S3 (the producer offloads the events with Event.Offload set).
 //   - An audit decorator wraps each worker's SQS client. Before it forwards a DeleteMessage or
 //     DeleteMessageBatch, it asks the database (on its own connection, under READ COMMITTED,
 //     so it sees only committed rows) whether the inbox row of each message's key exists, and

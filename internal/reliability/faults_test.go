@@ -36,6 +36,15 @@ func TestFault01SigkillSNS(t *testing.T) {
 	requirePass(t, rep)
 }
 
+// TestFault01SigkillOffloaded (fauxqs; skipped on GoAws, which has no S3): the same with every
+// fifth event's payload (300 KiB) offloaded to S3, the resent events among them; the worker
+// processes fetch the payloads before their handlers. Each event is applied once, and each
+// offloaded one's effect saw its payload, not the pointer.
+func TestFault01SigkillOffloaded(t *testing.T) {
+	t.Parallel()
+	requirePass(t, runScenario(t, "sigkill-offloaded", reliability.Size{Messages: 300, Workers: 3, Spread: 4 * small.Spread / 3}))
+}
+
 // TestFault01SigkillFIFO: the same on a FIFO queue with several message groups; each group's
 // effects commit in the order their events were sent. Skipped on GoAws, whose FIFO is broken.
 func TestFault01SigkillFIFO(t *testing.T) {

@@ -3,6 +3,8 @@ package reliability
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
@@ -63,6 +66,10 @@ type Event struct {
 	// Dedup is the MessageDeduplicationId on a FIFO queue. Empty means the key: a retried send
 	// of the event is then dropped by the queue within its 5-minute deduplication window.
 	Dedup string
+	// Offload, if above 0, sends a good event's body padded to exactly this many bytes and
+	// offloaded to S3 ([Producer.Payloads]): the message carries the pointer, the size attribute
+	// and the key in the event_id attribute. 0 sends the body inline.
+	Offload int
 }
 
 // GoodEvents returns n good events with keys prefix-i and unique values.
@@ -81,6 +88,16 @@ func FIFOEvents(prefix string, n, groups int) []Event {
 	out := GoodEvents(prefix, n)
 	for i := range out {
 		out[i].Group = fmt.Sprintf("%s-g%03d", prefix, i%groups)
+	}
+	return out
+}
+
+// OffloadedEvents returns n good events as [GoodEvents] does, every every-th of them (the first,
+// then every every-th) offloaded to S3 with a payload of size bytes.
+func OffloadedEvents(prefix string, n, every, size int) []Event {
+	out := GoodEvents(prefix, n)
+	for i := 0; i < n; i += every {
+		out[i].Offload = size
 	}
 	return out
 }
@@ -117,6 +134,9 @@ type Producer struct {
 	Topic *sqstest.Topic
 	// SNS publishes to Topic; nil means Run.SNS.
 	SNS sqstest.Publisher
+	// Payloads puts the payloads of offloaded events (Event.Offload) in S3, once per send; nil
+	// means Run.Payloads.
+	Payloads *s3payload.Writer
 
 	seq   atomic.Int64
 	mu    sync.Mutex
@@ -132,6 +152,9 @@ type Send struct {
 	// Group is the event's MessageGroupId (FIFO), or empty.
 	Group  string
 	Status string
+	// Payload is the SHA-256 (hex) of the payload this send offloaded to S3, or empty when the
+	// body went inline.
+	Payload string
 }
 
 // Send sends events in batches of Batch (10), spread evenly over spread (0: as fast as
@@ -169,9 +192,10 @@ func (p *Producer) Send(ctx context.Context, events []Event, spread time.Duratio
 }
 
 type sendRow struct {
-	seq    int64
-	ev     Event
-	status string
+	seq     int64
+	ev      Event
+	status  string
+	payload string // the offloaded payload's SHA-256, or empty
 }
 
 func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
@@ -186,20 +210,35 @@ func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
 	todo := batch
 	for attempt := 0; attempt <= p.Retries && len(todo) > 0; attempt++ {
 		rows := make([]sendRow, len(todo))
-		entries := make([]types.SendMessageBatchRequestEntry, len(todo))
+		entries := make([]types.SendMessageBatchRequestEntry, 0, len(todo))
+		evs := make([]Event, 0, len(todo))
+		notPut := map[int]bool{}
 		for i, ev := range todo {
 			rows[i] = sendRow{seq: p.seq.Add(1), ev: ev}
-			entries[i] = entry(strconv.Itoa(i), rows[i].seq, ev)
+			e := entry(strconv.Itoa(i), rows[i].seq, ev)
+			if ev.Offload > 0 && ev.Kind == KindGood {
+				sum, err := p.offload(ctx, timeout, &e, ev)
+				if err != nil {
+					// No message was sent: a failed send, retried with a new payload put.
+					notPut[i] = true
+					continue
+				}
+				rows[i].payload = sum
+			}
+			entries = append(entries, e)
+			evs = append(evs, ev)
 		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
 		var failed map[string]bool
 		var err error
-		if p.Topic != nil {
-			failed, err = p.publish(cctx, entries, todo)
-		} else {
-			failed, err = sendEntries(cctx, c, p.Run.Queue.URL, entries)
+		if len(entries) > 0 {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			if p.Topic != nil {
+				failed, err = p.publish(cctx, entries, evs)
+			} else {
+				failed, err = sendEntries(cctx, c, p.Run.Queue.URL, entries)
+			}
+			cancel()
 		}
-		cancel()
 		status := SendOK
 		if err != nil {
 			status = classify(err)
@@ -207,7 +246,7 @@ func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
 		var retry []Event
 		for i := range rows {
 			rows[i].status = status
-			if failed[strconv.Itoa(i)] {
+			if failed[strconv.Itoa(i)] || notPut[i] {
 				rows[i].status = SendFailed
 			}
 			if rows[i].status != SendOK {
@@ -224,6 +263,55 @@ func (p *Producer) sendBatch(ctx context.Context, batch []Event) error {
 		}
 	}
 	return nil
+}
+
+// offload pads ev's body (in e) to exactly ev.Offload bytes, puts it in S3 and makes e the
+// pointer message: the pointer body, the size attribute and the event_id attribute (the key, as
+// an extended client's user sets it: the pointer body has no id). It returns the payload's
+// SHA-256 in hex.
+func (p *Producer) offload(ctx context.Context, timeout time.Duration, e *types.SendMessageBatchRequestEntry, ev Event) (string, error) {
+	w := p.Payloads
+	if w == nil {
+		w = p.Run.Payloads
+	}
+	if w == nil {
+		return "", errors.New("reliability: an offloaded event without Producer.Payloads or Run.Payloads")
+	}
+	var b Body
+	if err := json.Unmarshal([]byte(aws.ToString(e.MessageBody)), &b); err != nil {
+		return "", err
+	}
+	payload, err := padded(b, ev.Offload)
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	o, err := w.Put(cctx, ev.Key, payload)
+	if err != nil {
+		return "", err
+	}
+	e.MessageBody = aws.String(o.Body)
+	e.MessageAttributes[o.Attribute] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(o.Size)}
+	e.MessageAttributes[inboxhandler.DefaultAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(ev.Key)}
+	sum := sha256.Sum256(payload)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// padded returns b as JSON of exactly size bytes, filled up with Body.Pad.
+func padded(b Body, size int) ([]byte, error) {
+	b.Pad = ""
+	base := len(mustJSON(b))
+	n := size - base - len(`,"pad":""`)
+	if n <= 0 {
+		return nil, fmt.Errorf("reliability: a payload of %d bytes cannot hold the body (%d bytes)", size, base)
+	}
+	b.Pad = strings.Repeat("x", n)
+	out := []byte(mustJSON(b))
+	if len(out) != size {
+		return nil, fmt.Errorf("reliability: padded payload of %d bytes, want %d", len(out), size)
+	}
+	return out, nil
 }
 
 // sendEntries sends entries to the queue and returns the Ids of the entries the server refused.
@@ -325,7 +413,7 @@ func (p *Producer) record(rows []sendRow) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range rows {
-		p.sends = append(p.sends, Send{Seq: r.seq, Key: r.ev.Key, Value: r.ev.Value, Kind: r.ev.Kind, Group: r.ev.Group, Status: r.status})
+		p.sends = append(p.sends, Send{Seq: r.seq, Key: r.ev.Key, Value: r.ev.Value, Kind: r.ev.Kind, Group: r.ev.Group, Status: r.status, Payload: r.payload})
 	}
 }
 

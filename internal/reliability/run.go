@@ -22,6 +22,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
@@ -76,10 +77,13 @@ type Run struct {
 	FIFO bool
 	// Topic, if set (RunOptions.Topic), is an SNS topic Queue is subscribed to, enveloped; SNS
 	// publishes to it.
-	Topic    *sqstest.Topic
-	SNS      *sns.Client
-	AuditDir string
-	Started  time.Time
+	Topic *sqstest.Topic
+	SNS   *sns.Client
+	// Payloads, if set (RunOptions.Offload), puts offloaded payloads in PayloadBucket.
+	Payloads      *s3payload.Writer
+	PayloadBucket string
+	AuditDir      string
+	Started       time.Time
 	// Size is the scenario's size (it scales the drain's deadline).
 	Size Size
 	// Log receives the in-process workers' warnings (in AuditDir/log.txt).
@@ -114,6 +118,9 @@ type RunOptions struct {
 	// message delivery: each message arrives in an SNS notification envelope, which the worker
 	// unwraps (its default Config.SNS). Run.Topic and Run.SNS are then set.
 	Topic bool
+	// Offload makes a bucket on Env.SQS's S3 for offloaded payloads: Run.Payloads puts them
+	// there, and the run's workers may fetch from it (WorkerConfig.PayloadBuckets).
+	Offload bool
 }
 
 // NewRun creates a scenario's schema, tables and queue.
@@ -157,10 +164,11 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 	}
 	s := r.Schema
 	for _, q := range []string{
-		// No unique key: a second effect of the same event must show. On a FIFO queue, grp is
-		// the message group and grp_seq the effect's place in its group's commit order.
+		// No unique key: a second effect of the same event must show. body_sha is the SHA-256 of
+		// the body the handler saw. On a FIFO queue, grp is the message group and grp_seq the
+		// effect's place in its group's commit order.
 		`CREATE TABLE ` + s + `.effects (key text NOT NULL, value text NOT NULL, worker text NOT NULL, attempt int NOT NULL,
-			committed_at timestamptz NOT NULL DEFAULT clock_timestamp(), grp text, grp_seq bigint)`,
+			committed_at timestamptz NOT NULL DEFAULT clock_timestamp(), body_sha text, grp text, grp_seq bigint)`,
 		// One counter per message group, taken in the effect's transaction: its row lock is held
 		// until the commit, so within a group the numbers it hands out follow the commit order.
 		`CREATE TABLE ` + s + `.groups (grp text PRIMARY KEY, n bigint NOT NULL)`,
@@ -192,7 +200,26 @@ func (e *Env) NewRun(ctx context.Context, name string, o RunOptions) (*Run, erro
 			return nil, err
 		}
 	}
+	if o.Offload {
+		if err := r.payloadBucket(ctx); err != nil {
+			r.Pool.Close()
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// payloadBucket makes the run's bucket for offloaded payloads and its writer.
+func (r *Run) payloadBucket(ctx context.Context) error {
+	c, err := r.Env.SQS.S3Client(ctx)
+	if err != nil {
+		return err
+	}
+	if r.PayloadBucket, err = r.Env.SQS.CreateBucket(ctx, c, "rel-"+r.Name); err != nil {
+		return err
+	}
+	r.Payloads, err = s3payload.NewWriter(s3payload.WriterConfig{S3: c, Bucket: r.PayloadBucket})
+	return err
 }
 
 // subscribe makes the run's topic and subscribes its queue to it, enveloped.
@@ -223,8 +250,15 @@ func (r *Run) Close() {
 func (r *Run) WorkerConfig(id string) WorkerConfig {
 	return WorkerConfig{
 		ID: id, DatabaseURL: r.DBURL, AuditDatabaseURL: r.DBURL, Schema: r.Schema, QueueURL: r.Queue.URL,
-		AuditDir: r.AuditDir, Concurrency: 8, Logger: r.Log.With("worker", id),
+		AuditDir: r.AuditDir, Concurrency: 8, Logger: r.Log.With("worker", id), PayloadBuckets: r.payloadBuckets(),
 	}
+}
+
+func (r *Run) payloadBuckets() []string {
+	if r.PayloadBucket == "" {
+		return nil
+	}
+	return []string{r.PayloadBucket}
 }
 
 // Count returns the messages in the queue at url: visible, in flight or delayed.

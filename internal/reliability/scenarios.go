@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
@@ -55,6 +56,8 @@ func Scenarios() []Scenario {
 			Doc: "worker processes SIGKILLed at random points, repeatedly, and restarted"},
 		{Name: "sigkill-sns", Fault: 1, Skip: skipNoSNS, Run: runSigkillSNS,
 			Doc: "the same with the events published to an SNS topic whose subscription delivers them in envelopes, which the worker unwraps (not on GoAws)"},
+		{Name: "sigkill-offloaded", Fault: 1, Skip: skipNoS3, Run: runSigkillOffloaded,
+			Doc: "the same with every fifth event's payload (300 KiB) offloaded to S3 and fetched by the worker before its handler; each must be applied once with its payload (not on GoAws, which has no S3)"},
 		{Name: "fifo-sigkill", Fault: 1, Skip: skipGoAwsFIFO, Run: runFIFOSigkill,
 			Doc: "the same on a FIFO queue with several message groups, each kill while the process holds an open inbox transaction: each group's effects must commit in send order (not on GoAws)"},
 		{Name: "control-fifo-ack-before-commit", Fault: 1, ExpectFail: true, Skip: skipGoAwsFIFO, Run: runFIFOControl,
@@ -197,7 +200,7 @@ func runAckBeforeCommit(ctx context.Context, e *Env, s Size) (*Report, error) {
 }
 
 func runSigkill(ctx context.Context, e *Env, s Size) (*Report, error) {
-	return sigkill(ctx, e, s, "sigkill", false)
+	return sigkill(ctx, e, s, "sigkill", false, false)
 }
 
 // skipNoSNS says why the SNS scenario cannot run on e's server ("" when it can).
@@ -219,7 +222,7 @@ func runSigkillSNS(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if why := skipNoSNS(e); why != "" {
 		return nil, errors.New("reliability: " + why)
 	}
-	return sigkill(ctx, e, s, "sigkill-sns", true)
+	return sigkill(ctx, e, s, "sigkill-sns", true, false)
 }
 
 // requireEnvelopes adds a failed check to rep unless every message the workers of the run in
@@ -249,10 +252,84 @@ func requireEnvelopes(rep *Report, dir string) error {
 	return nil
 }
 
+// skipNoS3 says why the offload scenario cannot run on e's server ("" when it can).
+func skipNoS3(e *Env) string {
+	if e.SQS == nil {
+		return "no server with S3"
+	}
+	if msg := sqstest.NeedMessage(string(e.SQS.Kind), e.SQS.Lacks, []sqstest.Feature{sqstest.S3}); msg != "" {
+		return msg + "; this scenario runs on fauxqs (SQSINBOX_TEST_SQS=fauxqs)"
+	}
+	return ""
+}
+
+const (
+	// offloadEvery is the share of events offloaded in sigkill-offloaded: one in offloadEvery.
+	offloadEvery = 5
+	// offloadSize is the size of an offloaded payload: past SQS's old limit of 256 KiB (and
+	// s3payload's default threshold).
+	offloadSize = 300 << 10
+	// offloadMaxEvents caps sigkill-offloaded's events: every payload stays in the server's
+	// memory (fauxqs keeps S3 objects there) until it stops; 2,000 events put 600 payloads
+	// (with the resends), about 180 MiB.
+	offloadMaxEvents = 2000
+)
+
+// runSigkillOffloaded is the sigkill scenario with every fifth event offloaded to S3 (a
+// 300 KiB payload, its pointer, the size attribute and the event_id attribute), the resent
+// tenth ones among them; the worker processes fetch the payloads (WorkerConfig.PayloadBuckets).
+// Every offloaded event must be applied, and its effect must have seen one of the payloads sent
+// for it, not the pointer.
+func runSigkillOffloaded(ctx context.Context, e *Env, s Size) (*Report, error) {
+	if why := skipNoS3(e); why != "" {
+		return nil, errors.New("reliability: " + why)
+	}
+	s.Messages = min(s.Messages, offloadMaxEvents)
+	return sigkill(ctx, e, s, "sigkill-offloaded", false, true)
+}
+
+// requireOffloaded adds to rep the checks of an offloaded run (events were offloaded, and each
+// was applied with its payload), and notes what was sent and how many offloaded messages came
+// back.
+func requireOffloaded(rep *Report, sends []Send, dir string) error {
+	offloaded := map[int64]bool{}
+	for _, s := range sends {
+		if s.Payload != "" && s.Status == SendOK {
+			offloaded[s.Seq] = true
+		}
+	}
+	recs, err := ReadDeleteLogs(dir)
+	if err != nil {
+		return err
+	}
+	recv := map[int64]int{}
+	for _, d := range recs {
+		if d.Status == Received && offloaded[d.Seq] {
+			recv[d.Seq]++
+		}
+	}
+	again := 0
+	for _, n := range recv {
+		if n > 1 {
+			again++
+		}
+	}
+	switch {
+	case rep.Offloaded == 0:
+		rep.Checks = append(rep.Checks, "no event was sent offloaded")
+	case rep.OffloadedApplied != rep.Offloaded:
+		rep.Checks = append(rep.Checks, fmt.Sprintf("%d of %d offloaded events were not applied with their payload", rep.Offloaded-rep.OffloadedApplied, rep.Offloaded))
+	}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d events offloaded (%d KiB payloads; %d messages with the resends), %d applied with their payload; %d offloaded messages delivered more than once",
+		rep.Offloaded, rep.Keys, offloadSize>>10, len(offloaded), rep.OffloadedApplied, again))
+	return nil
+}
+
 // sigkill runs the sigkill scenario; with topic, the producer publishes to an SNS topic whose
-// subscription to the queue wraps each message in an envelope.
-func sigkill(ctx context.Context, e *Env, s Size, name string, topic bool) (*Report, error) {
-	r, err := e.NewRun(ctx, name, RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20, Topic: topic})
+// subscription to the queue wraps each message in an envelope; with offload, every fifth event's
+// payload goes to S3 and the workers fetch it.
+func sigkill(ctx context.Context, e *Env, s Size, name string, topic, offload bool) (*Report, error) {
+	r, err := e.NewRun(ctx, name, RunOptions{Size: s, Visibility: 3 * time.Second, MaxReceive: 20, Topic: topic, Offload: offload})
 	if err != nil {
 		return nil, err
 	}
@@ -269,11 +346,14 @@ func sigkill(ctx context.Context, e *Env, s Size, name string, topic bool) (*Rep
 			return nil, err
 		}
 	}
-	prefix := "kill"
-	if topic {
-		prefix = "sns"
+	events := GoodEvents("kill", s.Messages)
+	switch {
+	case topic:
+		events = GoodEvents("sns", s.Messages)
+	case offload:
+		events = OffloadedEvents("off", s.Messages, offloadEvery, offloadSize)
 	}
-	sent := sendAsync(ctx, prod, withResends(GoodEvents(prefix, s.Messages)), s.Spread)
+	sent := sendAsync(ctx, prod, withResends(events), s.Spread)
 	// Kill while the producer sends and messages are in the queue, and after it, while messages
 	// remain, up to 3 kills per worker.
 	kills, gen := 0, 0
@@ -312,6 +392,9 @@ func sigkill(ctx context.Context, e *Env, s Size, name string, topic bool) (*Rep
 	rep, err := r.finish(ctx, prod, s.Workers, nil, append([]string{fmt.Sprintf("%d SIGKILLs", kills)}, checks...))
 	if err == nil && topic {
 		err = requireEnvelopes(rep, r.AuditDir)
+	}
+	if err == nil && offload {
+		err = requireOffloaded(rep, prod.Sends(), r.AuditDir)
 	}
 	return requireRedelivery(rep, err)
 }

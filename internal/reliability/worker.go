@@ -2,6 +2,8 @@ package reliability
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
@@ -87,6 +90,10 @@ type WorkerConfig struct {
 	// BatchLog makes the worker log every batch it opens and closes, in AuditDir (see
 	// [ReadBatchLog]).
 	BatchLog bool
+	// PayloadBuckets, if set, gives the worker a fetcher of offloaded payloads (Config.Payloads:
+	// an s3payload reader of these buckets, on the S3 endpoint of the AWS configuration, which
+	// AWS_ENDPOINT_URL_S3 names under fauxqs). Empty means none: an offloaded message is refused.
+	PayloadBuckets []string
 	// Misbehave makes the recording handler misbehave with the transaction of some events, chosen
 	// by key ([MisbehaviourOf]), on every delivery. It needs a HandlerTimeout (one misbehaviour
 	// runs past it). false means the handler behaves.
@@ -151,6 +158,18 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		pool.Close()
 		return nil, err
 	}
+	var payloads worker.PayloadFetcher
+	if len(cfg.PayloadBuckets) > 0 {
+		awsCfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		if payloads, err = s3payload.NewReader(s3payload.ReaderConfig{S3: s3payload.NewClient(awsCfg), Buckets: cfg.PayloadBuckets}); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	base := cfg.Client
 	if base == nil {
 		awsCfg, err := config.LoadDefaultConfig(ctx)
@@ -205,7 +224,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		QueueURL: cfg.QueueURL, Handler: wh, Concurrency: cfg.Concurrency, WaitTime: time.Second,
 		VisibilityTimeout: cfg.Visibility, ShutdownTimeout: shutdown, HandlerTimeout: cfg.HandlerTimeout,
 		Backoff: func(int) time.Duration { return backoff }, Logger: log, Metrics: cfg.Metrics,
-		HandlerBatch: cfg.HandlerBatch, Prefetch: cfg.Prefetch,
+		HandlerBatch: cfg.HandlerBatch, Prefetch: cfg.Prefetch, Payloads: payloads,
 	})
 	if err == nil {
 		err = w.Start(ctx)
@@ -225,12 +244,16 @@ type Body struct {
 	Value string `json:"value"`
 	Seq   int64  `json:"seq"`
 	Panic bool   `json:"panic,omitempty"`
+	// Pad fills an offloaded payload up to its size (Event.Offload).
+	Pad string `json:"pad,omitempty"`
 }
 
 // recordingFunc is the handler: an effect row and a stacking business write, in the inbox's
-// transaction. A message of a FIFO group also takes the next number of its group's counter row
-// into its effect row: the row stays locked until the transaction ends, so the numbers of the
-// committed effects of a group follow their commit order.
+// transaction. The effect row records the SHA-256 of the body the handler saw, so that the
+// checker can tell an offloaded event's payload from its pointer. A message of a FIFO group also
+// takes the next number of its group's counter row into its effect row: the row stays locked
+// until the transaction ends, so the numbers of the committed effects of a group follow their
+// commit order.
 //
 // The stacking write goes to one of totalsBuckets counter rows. With 16 (as before batches), a
 // batch of ten almost surely shared a row with every other batch in flight: batches, which hold
@@ -247,10 +270,10 @@ type Body struct {
 // (2 and 9 deliveries in two runs of 5,000 events), a failure that is the buckets', not the
 // outcome table's.
 func recordingFunc(cfg WorkerConfig) inboxhandler.Func {
-	effects := `INSERT INTO ` + cfg.Schema + `.effects (key, value, worker, attempt) VALUES ($1, $2, $3, $4)`
-	grouped := `WITH next AS (INSERT INTO ` + cfg.Schema + `.groups AS c (grp, n) VALUES ($5, 1)
+	effects := `INSERT INTO ` + cfg.Schema + `.effects (key, value, worker, attempt, body_sha) VALUES ($1, $2, $3, $4, $5)`
+	grouped := `WITH next AS (INSERT INTO ` + cfg.Schema + `.groups AS c (grp, n) VALUES ($6, 1)
 			ON CONFLICT (grp) DO UPDATE SET n = c.n + 1 RETURNING n)
-		INSERT INTO ` + cfg.Schema + `.effects (key, value, worker, attempt, grp, grp_seq) SELECT $1, $2, $3, $4, $5, n FROM next`
+		INSERT INTO ` + cfg.Schema + `.effects (key, value, worker, attempt, body_sha, grp, grp_seq) SELECT $1, $2, $3, $4, $5, $6, n FROM next`
 	const totalsBuckets = 4096
 	totals := `INSERT INTO ` + cfg.Schema + `.totals (bucket, n) VALUES ($1, 1) ON CONFLICT (bucket) DO UPDATE SET n = totals.n + 1`
 	return func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
@@ -279,11 +302,13 @@ func recordingFunc(cfg WorkerConfig) inboxhandler.Func {
 				return err
 			}
 		}
+		sum := sha256.Sum256(m.Body) // the body the handler saw: an offloaded event's payload
+		bodySHA := hex.EncodeToString(sum[:])
 		var err error
 		if m.GroupID != "" {
-			_, err = tx.Exec(ctx, grouped, key, b.Value, cfg.ID, m.ReceiveCount, m.GroupID)
+			_, err = tx.Exec(ctx, grouped, key, b.Value, cfg.ID, m.ReceiveCount, bodySHA, m.GroupID)
 		} else {
-			_, err = tx.Exec(ctx, effects, key, b.Value, cfg.ID, m.ReceiveCount)
+			_, err = tx.Exec(ctx, effects, key, b.Value, cfg.ID, m.ReceiveCount, bodySHA)
 		}
 		if err != nil {
 			return err
