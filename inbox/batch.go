@@ -355,7 +355,7 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 	a.fresh = make(map[pair]bool, len(claims))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(r.ib.sql.batchClaim, handlers, keys, srcs, ids, counts, traces).Query(func(rows pgx.Rows) error {
+	read := func(rows pgx.Rows) error {
 		for rows.Next() {
 			var p pair
 			if err := rows.Scan(&p.handler, &p.key); err != nil {
@@ -364,13 +364,25 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 			a.fresh[p] = true
 		}
 		return rows.Err()
-	})
-	b.Queue(resetLockTimeout)
+	}
+	if l := r.ib.generations(); l != nil {
+		cur, minLive := r.ib.claimArgsGen(l)
+		b.Queue(l.lock, handlers, keys)
+		b.Queue(l.claim, handlers, keys, srcs, ids, counts, traces, cur, minLive).Query(read)
+		b.Queue(l.reset)
+	} else {
+		b.Queue(r.ib.sql.batchClaim, handlers, keys, srcs, ids, counts, traces).Query(read)
+		b.Queue(resetLockTimeout)
+	}
 	b.Queue("SAVEPOINT " + itemSavepoint)
 	br := r.ib.pool.SendBatch(r.ctx, b)
 	a.tx = br.Tx()
 	if err := br.Close(); err != nil { // the first statement's error: they run in order
-		err = claimError(r.ctx, err)
+		if r.ib.layoutMoved(r.ctx, err) || r.ib.noGeneration(r.ctx, err) {
+			err = fmt.Errorf("%w: %w", errLayoutMoved, err) // claimed again, in the generations layout
+		} else {
+			err = claimError(r.ctx, err)
+		}
 		r.endClaims(err)
 		return err
 	}
@@ -458,7 +470,11 @@ func (r *batchRun) commit(a *attemptTx) attempt {
 		for j, p := range a.unclaim {
 			handlers[j], keys[j] = p.handler, p.key
 		}
-		if _, err := a.tx.Exec(r.ctx, r.ib.sql.unclaim, handlers, keys); err != nil {
+		unclaim := r.ib.sql.unclaim
+		if l := r.ib.generations(); l != nil {
+			unclaim = l.unclaim
+		}
+		if _, err := a.tx.Exec(r.ctx, unclaim, handlers, keys); err != nil {
 			if retryable(err) {
 				return attemptRetry
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/panics"
 	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
@@ -89,6 +90,11 @@ func (ib *Inbox) Run(ctx context.Context, handler, key string, fn Func) (Outcome
 		return 0, err
 	}
 	out, err := ib.run(ctx, handler, key, fn)
+	if err != nil && (ib.layoutMoved(ctx, err) || ib.noGeneration(ctx, err)) {
+		// Switched to the generations layout, or the generation was missing and is made now:
+		// claim again.
+		out, err = ib.run(ctx, handler, key, fn)
+	}
 	// Whether a COMMIT whose outcome is unknown happened, another claim tells: it finds the row (a
 	// duplicate) or takes it and runs fn again, as the event's redelivery would, without spending
 	// a receive. A claim blocked by the first transaction (its session not yet ended), or three
@@ -110,7 +116,16 @@ func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome
 	var tag pgconn.CommandTag
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(ib.sql.boundedClaim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if l := ib.generations(); l != nil {
+		cur, minLive := ib.claimArgsGen(l)
+		hs, ks := []string{handler}, []string{key}
+		b.Queue(l.lock, hs, ks)
+		b.Queue(l.claim, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive).
+			Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+		b.Queue(l.reset)
+	} else {
+		b.Queue(ib.sql.boundedClaim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	}
 	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, false)
 	br := ib.pool.SendBatch(hctx, b)
 	tx := br.Tx()
@@ -182,7 +197,16 @@ func (ib *Inbox) RunTx(ctx context.Context, tx pgx.Tx, handler, key string, fn F
 func (ib *Inbox) runTx(ctx context.Context, tx pgx.Tx, handler, key string, fn Func) (Outcome, error) {
 	d := ib.deliveryArgs(ctx, deliveryFrom(ctx))
 	hctx, step := ib.cfg.Hooks.start(ctx, StepClaim, handler, key, true)
-	tag, err := tx.Exec(hctx, ib.sql.claim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID)
+	var tag pgconn.CommandTag
+	var err error
+	if l := ib.generations(); l != nil {
+		tag, err = ib.claimTxGen(hctx, tx, l, handler, key, d)
+	} else {
+		tag, err = tx.Exec(hctx, ib.sql.claim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID)
+		if err != nil && ib.layoutMoved(ctx, err) {
+			err = fmt.Errorf("%w (the inbox has moved to the generations layout since; run the transaction again)", err)
+		}
+	}
 	if err != nil {
 		err = claimError(ctx, err)
 	}
@@ -208,4 +232,20 @@ func validateClaim(handler, key string) error {
 		return err
 	}
 	return ValidateKey(key)
+}
+
+// claimTxGen is RunTx's claim in the generations layout: the key's lock, then the probe and the
+// insert, in the caller's transaction.
+func (ib *Inbox) claimTxGen(ctx context.Context, tx pgx.Tx, l *genLayout, handler, key string, d deliveryArgs) (pgconn.CommandTag, error) {
+	cur, minLive := ib.claimArgsGen(l)
+	hs, ks := []string{handler}, []string{key}
+	if _, err := tx.Exec(ctx, l.lockTx, hs, ks); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := tx.Exec(ctx, l.claim, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive)
+	if err != nil {
+		return tag, err
+	}
+	_, err = tx.Exec(ctx, l.resetTx)
+	return tag, err
 }

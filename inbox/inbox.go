@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -99,6 +100,9 @@ type Inbox struct {
 	sql      statements
 	migrator *migrate.Migrator
 	sources  sources
+	lay      atomic.Pointer[genLayout] // the generations layout, or nil (generations.go)
+	layRead  atomic.Bool               // the layout has been read
+	now      func() time.Time          // the clock of the generations; tests move it
 }
 
 type statements struct {
@@ -142,6 +146,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		pool:     pool,
 		cfg:      c,
 		migrator: mg,
+		now:      time.Now,
 		sql: statements{
 			claim: "INSERT INTO " + sqlident.Quote(c.Schema, "processed_messages") +
 				" (handler, event_id, " + deliveryColumns + ") VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
@@ -238,6 +243,15 @@ func (ib *Inbox) Pool() *pgxpool.Pool { return ib.pool }
 func (ib *Inbox) Check(ctx context.Context) error {
 	if err := ib.migrator.CheckCurrent(ctx); err != nil {
 		return fmt.Errorf("inbox: %w", err)
+	}
+	if _, _, err := ib.Layout(ctx); err != nil {
+		return err
+	}
+	if l := ib.generations(); l != nil {
+		// The generations around now must exist before the first claim.
+		if _, err := ib.ensure(ctx, l, nil); err != nil {
+			return err
+		}
 	}
 	return ib.CheckDurability(ctx)
 }

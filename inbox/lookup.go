@@ -59,7 +59,7 @@ func (ib *Inbox) Lookup(ctx context.Context, key string) ([]ProcessedEvent, erro
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	t := sqlident.Quote(ib.cfg.Schema, "processed_messages")
+	t := ib.rowsTable(ctx)
 	// The handler names, each found by one index probe past the last (a loose index scan), and
 	// the event's row under each.
 	q := `WITH RECURSIVE h(name) AS (
@@ -119,7 +119,7 @@ func (ib *Inbox) List(ctx context.Context, o ListOptions) ([]ProcessedEvent, str
 		afterAt, afterID = &c.At, c.ID
 	}
 	since, until := nullTime(o.Since), nullTime(o.Until)
-	q := `SELECT ` + eventColumns + ` FROM ` + sqlident.Quote(ib.cfg.Schema, "processed_messages") + ` p
+	q := `SELECT ` + eventColumns + ` FROM ` + ib.rowsTable(ctx) + ` p
 LEFT JOIN ` + sqlident.Quote(ib.cfg.Schema, "inbox_sources") + ` src ON src.id = p.source
 WHERE p.handler = $1 AND ($2::timestamptz IS NULL OR p.seen_at >= $2) AND ($3::timestamptz IS NULL OR p.seen_at < $3)
   AND ($4::timestamptz IS NULL OR (p.seen_at, p.event_id) > ($4, $5))

@@ -29,6 +29,11 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 	if age < ib.cfg.Retention {
 		return PurgeResult{}, fmt.Errorf("inbox: purge age %v is shorter than the retention %v: rows still needed to catch redeliveries would go", age, ib.cfg.Retention)
 	}
+	if l := ib.readLayout(ctx); l != nil {
+		// The generations layout forgets whole generations (generations.go).
+		r, err := ib.rotate(ctx, l, age)
+		return PurgeResult{Deleted: r.Rows, Batches: len(r.Dropped), Horizon: r.Horizon, Skipped: r.Skipped}, err
+	}
 	return pgpurge.Run(ctx, ib.pool, pgpurge.Target{
 		Schema:    ib.cfg.Schema,
 		Table:     "processed_messages",

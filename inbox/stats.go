@@ -41,7 +41,11 @@ func (ib *Inbox) Stats(ctx context.Context) (Stats, error) {
 		return st, fmt.Errorf("inbox: stats: %w", err)
 	}
 	st.PurgeHorizon = st.Now.Add(-ib.cfg.Retention)
-	rows, err := ib.pool.Query(ctx, ib.sql.stats)
+	q := ib.sql.stats
+	if l := ib.readLayout(ctx); l != nil {
+		q = l.stats
+	}
+	rows, err := ib.pool.Query(ctx, q)
 	if err != nil {
 		return st, statsError(ib.cfg.Schema, err)
 	}

@@ -135,6 +135,13 @@ func retryableCode(code string) bool { return code == "40P01" || code == "40001"
 
 // retryable reports err as a deadlock or serialization failure.
 func retryable(err error) bool {
+	if errors.Is(err, errLayoutMoved) {
+		return true
+	}
 	pgErr := pgErrorOf(err)
 	return pgErr != nil && retryableCode(pgErr.Code)
 }
+
+// errLayoutMoved marks a batch's claim that found processed_messages gone (the inbox moved to the
+// generations layout since) or its generation not made yet (made now): it is claimed again.
+var errLayoutMoved = errors.New("inbox: the claim's table or generation was missing and is there now; claimed again")

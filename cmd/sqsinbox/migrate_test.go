@@ -33,7 +33,7 @@ func tablesOf(t *testing.T, pool *pgxpool.Pool, schema string) string {
 	return names
 }
 
-const allTables = "idempotency_keys,inbox_sources,outbox_messages,outbox_schema_migrations,processed_messages,schema_migrations"
+const allTables = "idempotency_keys,inbox_layout,inbox_sources,outbox_messages,outbox_schema_migrations,processed_messages,schema_migrations"
 
 func TestMigrateDownIsExplicit(t *testing.T) {
 	t.Parallel()
@@ -67,9 +67,14 @@ func TestMigrateDownIsExplicit(t *testing.T) {
 		t.Fatalf("the refusal does not say how to confirm: %s", r.stderr)
 	}
 
-	// The last migration drops only an empty table (the sources of rows), and the one before it no
-	// table, so neither needs confirmation; --steps follows the action.
-	r := cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--only", "inbox"}, dbArgs...)...).mustOK(t)
+	// The last migration drops the layout's one row, which asks; the one before it drops only an
+	// empty table (the sources of rows), and the one before that no table, so neither needs
+	// confirmation; --steps follows the action.
+	r := cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--only", "inbox", "--yes"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "reverted 0005 (1 migration)") {
+		t.Fatalf("down --steps 1: %s", r.stdout)
+	}
+	r = cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--only", "inbox"}, dbArgs...)...).mustOK(t)
 	if !strings.Contains(r.stdout, "reverted 0004 (1 migration)") {
 		t.Fatalf("down --steps 1: %s", r.stdout)
 	}
@@ -77,7 +82,7 @@ func TestMigrateDownIsExplicit(t *testing.T) {
 	if !strings.Contains(r.stdout, "reverted 0003 (1 migration)") {
 		t.Fatalf("down --steps 1: %s", r.stdout)
 	}
-	if got, want := tablesOf(t, pool, schema), strings.Replace(allTables, "inbox_sources,", "", 1); got != want {
+	if got, want := tablesOf(t, pool, schema), strings.Replace(allTables, "inbox_layout,inbox_sources,", "", 1); got != want {
 		t.Fatalf("tables after two down --steps 1: %q, want %q", got, want)
 	}
 	// The keys' table is empty: it goes without a question.

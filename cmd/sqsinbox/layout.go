@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+)
+
+func runInbox(ctx context.Context, e env, args []string) error {
+	var db dbFlags
+	fs := newFlags(e, "inbox", "inbox layout [generations --generation 14d --yes]",
+		"  sqsinbox inbox layout                                   # the inbox's layout\n"+
+			"  sqsinbox inbox layout generations --generation 14d --yes # switch an empty inbox to generations\n\n"+
+			"The table layout (the default) keeps the rows in processed_messages and forgets them with\n"+
+			"DELETE: cheap while the inbox is small. The generations layout keeps them in processed_events,\n"+
+			"partitioned into generations of --generation, and forgets a whole generation at a time\n"+
+			"(a DROP, at the same cost at any size), for inboxes of hundreds of millions of rows and more;\n"+
+			"each claim then costs a little more. The switch takes an empty inbox (moving rows is not\n"+
+			"built yet) and is taken once every worker of the schema runs this version or later: an\n"+
+			"older binary's claims fail as a broken deployment (it pauses and applies nothing).")
+	db.register(fs)
+	gen := fs.String("generation", "14d", "the generation length, for the switch: whole seconds from 1m to 90d")
+	yes := fs.Bool("yes", false, "for the switch: do it (without it, say what it would do)")
+	words, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := sqlident.Validate("--schema", db.schema); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	switch {
+	case len(words) == 1 && words[0] == "layout":
+	case len(words) == 2 && words[0] == "layout" && words[1] == "generations":
+	default:
+		fs.Usage()
+		return fmt.Errorf("%w: want layout, or layout generations", errUsage)
+	}
+	ib, closeDB, err := db.openInbox(ctx, fs.timeout)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if len(words) == 2 {
+		g, err := parseAge(*gen)
+		if err != nil {
+			return err
+		}
+		if !*yes {
+			fmt.Fprintf(e.stdout, "would switch %s to the generations layout, generations of %s; pass --yes\n", db.schema, durationText(g))
+			return nil
+		}
+		if err := inbox.SwitchToGenerations(ctx, ib.Pool(), db.schema, g); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "switched %s to the generations layout, generations of %s\n", db.schema, durationText(g))
+	}
+	kind, g, err := ib.Layout(ctx)
+	if err != nil {
+		return err
+	}
+	if kind == inbox.LayoutGenerations {
+		probes := int((ib.Retention()+5*time.Minute+g-1)/g) + 1
+		fmt.Fprintf(e.stdout, "%s: generations of %s (a claim probes about %d of them, with retention %s)\n", db.schema, durationText(g), probes+2, durationText(ib.Retention()))
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "%s: table (processed_messages, forgotten by DELETE)\n", db.schema)
+	return nil
+}

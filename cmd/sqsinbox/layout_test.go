@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestInboxLayout (PostgreSQL): `inbox layout` shows the table layout of a migrated schema;
+// `inbox layout generations` says what it would do without --yes, switches with it, and refuses
+// a second time; afterwards stats, events show and purge work on processed_events, and reverting
+// the migration that records the layout is refused.
+func TestInboxLayout(t *testing.T) {
+	t.Parallel()
+	_, dbArgs := migratedSchema(t, "cli_layout")
+	schema := dbArgs[len(dbArgs)-1]
+	if r := cli(t, "", append([]string{"inbox", "layout"}, dbArgs...)...).mustOK(t); !strings.Contains(r.stdout, schema+": table") {
+		t.Errorf("layout: %s", r.stdout)
+	}
+	if r := cli(t, "", append([]string{"inbox", "layout", "generations", "--generation", "1h"}, dbArgs...)...).mustOK(t); !strings.Contains(r.stdout, "would switch "+schema+" to the generations layout, generations of 1h0m0s; pass --yes") {
+		t.Errorf("without --yes: %s", r.stdout)
+	}
+	r := cli(t, "", append([]string{"inbox", "layout", "generations", "--generation", "1d", "--yes"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "switched "+schema+" to the generations layout, generations of 1d") || !strings.Contains(r.stdout, schema+": generations of 1d") {
+		t.Errorf("switch: %s", r.stdout)
+	}
+	if r := cli(t, "", append([]string{"inbox", "layout", "generations", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "in the generations layout already") {
+		t.Errorf("a second switch: exit %d, %s", r.code, r.stderr)
+	}
+	if r := cli(t, "", append([]string{"inbox", "layout", "generations", "--generation", "5s", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "want whole seconds from 1m0s") {
+		t.Errorf("a bad generation: exit %d, %s", r.code, r.stderr)
+	}
+	cli(t, "", append([]string{"stats", "--no-age"}, dbArgs...)...).mustOK(t)
+	if r := cli(t, "", append([]string{"events", "show", "evt_none"}, dbArgs...)...).mustOK(t); !strings.Contains(r.stdout, "evt_none") {
+		t.Errorf("events show: %s", r.stdout)
+	}
+	cli(t, "", append([]string{"purge", "--skip-queue-check", "--skip-keys", "--skip-outbox"}, dbArgs...)...).mustOK(t)
+	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "1", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "generations layout") {
+		t.Errorf("reverting 0005 in the generations layout: exit %d, %s", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,14 @@
+package inbox
+
+import (
+	"context"
+	"time"
+)
+
+// SetClock replaces the clock the inbox numbers its generations by (the generations layout).
+func SetClock(ib *Inbox, now func() time.Time) { ib.now = now }
+
+// Rotate runs one rotation of the generations (PurgeOlderThan's, with the rotation's report).
+func Rotate(ib *Inbox, age time.Duration) (Rotation, error) {
+	return ib.rotate(context.Background(), ib.readLayout(context.Background()), age)
+}

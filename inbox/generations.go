@@ -1,0 +1,441 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+)
+
+// The generations layout: the inbox's rows in processed_events, a table partitioned by a
+// generation number, the claim's time divided by the generation length G. Forgetting drops whole
+// generations older than the retention (a DETACH and a DROP: no dead tuples, no vacuum, the same
+// cost at any size), where the table layout deletes row by row. A unique key on a partitioned
+// table must include the partition key, so (handler, event_id) alone is not unique across
+// generations: a claim first takes a transaction-scoped advisory lock on (handler, key), then, in
+// a new statement (so its snapshot is taken after the wait), inserts the key into the current
+// generation only if no live generation holds it. Two claims of one key on either side of a
+// generation switch are serialised by the lock, so never both succeed, and a claim still waits
+// for an uncommitted holder of its key (it holds the lock until it ends). See
+// docs/how-it-works.md#the-generations-layout.
+
+// Layout kinds, as inbox_layout records them.
+const (
+	// LayoutTable is processed_messages, one table, purged by DELETE: the default.
+	LayoutTable = "table"
+	// LayoutGenerations is processed_events, partitioned by generation (SwitchToGenerations).
+	LayoutGenerations = "generations"
+)
+
+// Bounds of the generation length.
+const (
+	MinGeneration = time.Minute
+	MaxGeneration = 90 * 24 * time.Hour
+)
+
+// clockMargin is how far the clocks of the processes that claim in one inbox may disagree: a claim
+// probes the generations from the one of now - Retention - clockMargin on, and a rotation drops
+// only those that ended before now - Retention - 2 × clockMargin.
+const clockMargin = 5 * time.Minute
+
+// ErrInboxNotEmpty is the error of [SwitchToGenerations] on an inbox that holds rows: moving them
+// is not built; switch a new inbox, or one whose rows have all been purged.
+var ErrInboxNotEmpty = errors.New("inbox: processed_messages holds rows; the switch to the generations layout takes an empty inbox (moving existing rows is not built yet)")
+
+// genLayout is an inbox's generations layout: its generation length and statements.
+type genLayout struct {
+	g       time.Duration
+	lock    string // takes the batch's advisory locks, after bounding the claim's waits
+	lockTx  string // RunTx's: the locks, with only the planner settings
+	claim   string // the probe and the insert, returning the keys inserted
+	reset   string // sets back what lock changed
+	resetTx string // sets back what lockTx changed
+	unclaim string
+	stats   string
+	table   string // quoted processed_events
+}
+
+func (l *genLayout) gen(t time.Time) int32 {
+	return int32(math.Floor(float64(t.Unix()) / l.g.Seconds()))
+}
+
+// minLive is the oldest generation a claim at now must probe.
+func (l *genLayout) minLive(now time.Time, retention time.Duration) int32 {
+	return l.gen(now.Add(-retention - clockMargin))
+}
+
+func newGenLayout(c Config, g time.Duration) *genLayout {
+	t := sqlident.Quote(c.Schema, "processed_events")
+	settings := "set_config('sqsinbox.enable_seqscan', current_setting('enable_seqscan'), true), set_config('enable_seqscan', 'off', true), " +
+		"set_config('sqsinbox.jit', current_setting('jit'), true), set_config('jit', 'off', true)"
+	// The locks in ascending order of their keys (the sorted subquery feeds the volatile lock
+	// calls in its order, after s, which the sort reads first), so that batches never deadlock.
+	// The schema is a validated identifier ([a-z_][a-z0-9_]*), safe in a literal.
+	locks := "SELECT count(pg_advisory_xact_lock(q.x)) FROM (SELECT DISTINCT hashtextextended('" + c.Schema + "'" +
+		" || E'\\x01' || u.h || E'\\x01' || u.k, 0) AS x FROM s, unnest($1::text[], $2::text[]) AS u(h, k) ORDER BY 1) q"
+	return &genLayout{
+		g:     g,
+		table: t,
+		// enable_seqscan and jit are off for the claim: a generation starts empty, and a plan
+		// made then (a cached generic plan) would scan it sequentially while it grows; the
+		// disabled scans' cost would then compile every execution.
+		lock: fmt.Sprintf("WITH s AS (SELECT set_config('sqsinbox.lock_timeout', current_setting('lock_timeout'), true), "+
+			"set_config('lock_timeout', '%d', true), set_config('idle_in_transaction_session_timeout', '%d', true), %s) %s",
+			c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), settings, locks),
+		lockTx: "WITH s AS (SELECT " + settings + ") " + locks,
+		// NOT (SELECT EXISTS ...): a subplan per key probes each live generation's index, where
+		// an anti join could be planned as a hash join over them all. No upper bound on gen: a
+		// claim must see a row written in a generation newer than its own (another process's
+		// clock, or a switch during its wait).
+		claim: "INSERT INTO " + t + " (handler, event_id, gen, " + deliveryColumns + ") SELECT u.h, u.k, $7::int, u.s, u.m, u.r, u.t " +
+			"FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::int2[], $6::bytea[]) AS u(h, k, s, m, r, t) " +
+			"WHERE NOT (SELECT EXISTS (SELECT 1 FROM " + t + " p WHERE p.handler = u.h AND p.event_id = u.k AND p.gen >= $8::int)) " +
+			`ORDER BY u.h COLLATE "C", u.k COLLATE "C" ON CONFLICT DO NOTHING RETURNING handler, event_id`,
+		reset: "SELECT set_config('lock_timeout', current_setting('sqsinbox.lock_timeout'), true), " +
+			"set_config('enable_seqscan', current_setting('sqsinbox.enable_seqscan'), true), set_config('jit', current_setting('sqsinbox.jit'), true)",
+		resetTx: "SELECT set_config('enable_seqscan', current_setting('sqsinbox.enable_seqscan'), true), set_config('jit', current_setting('sqsinbox.jit'), true)",
+		unclaim: "DELETE FROM " + t + " WHERE (handler, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+		stats:   "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + t + " GROUP BY handler ORDER BY handler",
+	}
+}
+
+// generations returns the inbox's generations layout, or nil when it is in the table layout (or
+// has not read its layout yet: Check reads it, and a claim that finds processed_messages gone
+// reads it again).
+func (ib *Inbox) generations() *genLayout { return ib.lay.Load() }
+
+// readLayout is generations for the inbox's readers (Lookup, List, Stats, Purge), which may run
+// without Check: it reads the layout once first. A schema from before the layout (migration 0005)
+// is in the table layout.
+func (ib *Inbox) readLayout(ctx context.Context) *genLayout {
+	if !ib.layRead.Load() {
+		if _, _, err := ib.Layout(ctx); err == nil {
+			ib.layRead.Store(true)
+		}
+	}
+	return ib.lay.Load()
+}
+
+// rowsTable is the quoted table of the inbox's rows in its layout.
+func (ib *Inbox) rowsTable(ctx context.Context) string {
+	if l := ib.readLayout(ctx); l != nil {
+		return l.table
+	}
+	return sqlident.Quote(ib.cfg.Schema, "processed_messages")
+}
+
+// Layout reads the inbox's layout from the database: LayoutTable or LayoutGenerations, and the
+// generation length of the latter. The inbox claims in it from then on.
+func (ib *Inbox) Layout(ctx context.Context) (string, time.Duration, error) {
+	var kind string
+	var secs *int32
+	err := ib.pool.QueryRow(ctx, "SELECT kind, generation_seconds FROM "+sqlident.Quote(ib.cfg.Schema, "inbox_layout")).Scan(&kind, &secs)
+	if err != nil {
+		return "", 0, fmt.Errorf("inbox: read the layout of schema %q: %w", ib.cfg.Schema, err)
+	}
+	ib.layRead.Store(true)
+	if kind != LayoutGenerations || secs == nil {
+		ib.lay.Store(nil)
+		return LayoutTable, 0, nil
+	}
+	g := time.Duration(*secs) * time.Second
+	if cur := ib.lay.Load(); cur == nil || cur.g != g {
+		ib.lay.Store(newGenLayout(ib.cfg, g))
+	}
+	return LayoutGenerations, g, nil
+}
+
+// layoutMoved reports whether err is a claim's in the table layout that found processed_messages
+// gone, and the inbox now knows the generations layout: the claim can run again at once.
+func (ib *Inbox) layoutMoved(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	if ib.lay.Load() != nil || !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
+		return false
+	}
+	kind, _, lerr := ib.Layout(context.WithoutCancel(ctx))
+	return lerr == nil && kind == LayoutGenerations
+}
+
+// claimArgsGen are the claim's arguments after the six arrays: the generation it writes and the
+// oldest it probes.
+func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32) {
+	now := ib.now()
+	return l.gen(now), l.minLive(now, ib.cfg.Retention)
+}
+
+// SwitchToGenerations moves an empty inbox in schema to the generations layout, of generation
+// length generation (whole seconds from MinGeneration to MaxGeneration; the docs say how to pick
+// it): processed_messages is dropped and processed_events made, with the generations around now.
+// It is a separate, explicit step (`sqsinbox inbox layout generations`), taken once every process
+// that claims in the schema runs a version that knows the layout: one that does not (a binary
+// from before it) finds processed_messages gone, and its claims fail as a broken deployment (it
+// pauses, applies nothing); one that does reads the new layout at its next claim. It refuses an
+// inbox with rows ([ErrInboxNotEmpty]) or one already switched.
+func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string, generation time.Duration) error {
+	schema = orDefault(schema)
+	if err := sqlident.Validate("inbox: schema", schema); err != nil {
+		return err
+	}
+	if generation < MinGeneration || generation > MaxGeneration || generation%time.Second != 0 {
+		return fmt.Errorf("inbox: generation %v: want whole seconds from %v to %v", generation, MinGeneration, MaxGeneration)
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+			return err
+		}
+		var kind string
+		if err := tx.QueryRow(ctx, "SELECT kind FROM "+sqlident.Quote(schema, "inbox_layout")+" FOR UPDATE").Scan(&kind); err != nil {
+			return fmt.Errorf("inbox: read the layout of schema %q (run `sqsinbox migrate up` first): %w", schema, err)
+		}
+		if kind != LayoutTable {
+			return fmt.Errorf("inbox: schema %q is in the %s layout already", schema, kind)
+		}
+		old := sqlident.Quote(schema, "processed_messages")
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+old+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return fmt.Errorf("inbox: lock %s (claims running for more than 10 s hold it): %w", old, err)
+		}
+		var rows bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+old+")").Scan(&rows); err != nil {
+			return err
+		}
+		if rows {
+			return ErrInboxNotEmpty
+		}
+		l := newGenLayout(Config{Schema: schema}, generation)
+		cur := l.gen(time.Now())
+		stmts := []string{
+			"CREATE TABLE " + l.table + ` (
+    handler       text        NOT NULL,
+    event_id      text        NOT NULL,
+    gen           integer     NOT NULL,
+    seen_at       timestamptz NOT NULL DEFAULT now(),
+    source        integer,
+    message_id    uuid,
+    receive_count smallint,
+    trace_id      bytea,
+    PRIMARY KEY (handler, event_id, gen)
+) PARTITION BY LIST (gen)`,
+		}
+		for g := cur - 1; g <= cur+aheadGenerations; g++ {
+			stmts = append(stmts, fmt.Sprintf("CREATE TABLE %s PARTITION OF %s FOR VALUES IN (%d)", partition(schema, g), l.table, g))
+		}
+		stmts = append(stmts, "DROP TABLE "+old,
+			fmt.Sprintf("UPDATE %s SET kind = 'generations', generation_seconds = %d, switched_at = now()",
+				sqlident.Quote(schema, "inbox_layout"), int64(generation/time.Second)))
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("inbox: switch to generations: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// aheadGenerations is how many generations past the current one the rotation keeps made.
+const aheadGenerations = 2
+
+func partition(schema string, g int32) string {
+	return sqlident.Quote(schema, "processed_events_g"+strconv.Itoa(int(g)))
+}
+
+var partitionName = regexp.MustCompile(`^processed_events_g(-?\d+)$`)
+
+// rotateLockTimeout bounds each wait of a rotation's DDL for a claim's lock: a DETACH queued
+// behind a long claim would hold up every claim after it.
+const rotateLockTimeout = 200 * time.Millisecond
+
+// Rotation is one rotation of the generations: what it made and dropped.
+type Rotation struct {
+	Created []int32 // generations made ahead (or attached after a crash between make and attach)
+	Dropped []int32 // generations dropped
+	// Rows is the planner's estimate of the rows the dropped generations held.
+	Rows int64
+	// Retried counts DDL statements that gave up a lock wait and ran again.
+	Retried int
+	// Horizon is the start of the oldest generation kept: the rows before it are gone.
+	Horizon time.Time
+	// Skipped: another process held the rotation's lock.
+	Skipped bool
+}
+
+// rotate makes the generations around now (ensure), then drops those that ended before now - age
+// - 2 × clockMargin, under an advisory lock (one process drops in a schema at a time; a rotation
+// that finds it held skips). A crash at any point leaves what the next rotation finishes: a
+// generation made and not attached is attached, one detached and not dropped is dropped.
+func (ib *Inbox) rotate(ctx context.Context, l *genLayout, age time.Duration) (Rotation, error) {
+	var r Rotation
+	conn, err := ib.pool.Acquire(ctx)
+	if err != nil {
+		return r, fmt.Errorf("inbox: rotate: connect: %w", err)
+	}
+	defer conn.Release()
+	lockKey := "sqsinbox.purge." + ib.cfg.Schema + ".processed_events"
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", lockKey).Scan(&got); err != nil {
+		return r, fmt.Errorf("inbox: rotate: lock: %w", err)
+	}
+	if !got {
+		r.Skipped = true
+		return r, nil
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lockKey)
+	}()
+	if r.Created, err = ib.ensure(ctx, l, &r); err != nil {
+		return r, err
+	}
+	parts, err := ib.listGenerations(ctx, conn.Conn())
+	if err != nil {
+		return r, err
+	}
+	dropBelow := l.gen(ib.now().Add(-age - 2*clockMargin))
+	r.Horizon = time.Unix(int64(dropBelow)*int64(l.g/time.Second), 0)
+	for g, p := range parts {
+		if g >= dropBelow {
+			continue
+		}
+		stmts := []string{"DROP TABLE " + partition(ib.cfg.Schema, g)}
+		if p.attached {
+			stmts = append([]string{"ALTER TABLE " + l.table + " DETACH PARTITION " + partition(ib.cfg.Schema, g)}, stmts...)
+		}
+		if err := ib.ddl(ctx, conn.Conn(), &r, stmts...); err != nil {
+			return r, fmt.Errorf("inbox: rotate: drop generation %d: %w", g, err)
+		}
+		r.Dropped = append(r.Dropped, g)
+		r.Rows += max(p.tuples, 0)
+	}
+	slices.Sort(r.Dropped)
+	return r, nil
+}
+
+// genPart is a table of a generation: attached to processed_events or not (a crash between its
+// make and its attach, or its detach and its drop), and the planner's estimate of its rows.
+type genPart struct {
+	attached bool
+	tuples   int64
+}
+
+// listGenerations returns the schema's generation tables by generation.
+func (ib *Inbox) listGenerations(ctx context.Context, conn *pgx.Conn) (map[int32]genPart, error) {
+	rows, err := conn.Query(ctx, `SELECT c.relname, i.inhparent IS NOT NULL, c.reltuples::bigint
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname LIKE 'processed\_events\_g%'`, ib.cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list the generations: %w", err)
+	}
+	parts := map[int32]genPart{}
+	for rows.Next() {
+		var name string
+		var p genPart
+		if err := rows.Scan(&name, &p.attached, &p.tuples); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if m := partitionName.FindStringSubmatch(name); m != nil {
+			if g, err := strconv.ParseInt(m[1], 10, 32); err == nil {
+				parts[int32(g)] = p
+			}
+		}
+	}
+	return parts, rows.Err()
+}
+
+// ensure makes (or attaches) the generations from the previous one to aheadGenerations past now
+// that are missing, under an advisory lock of its own that it waits for (making a generation is
+// quick): the rotation calls it, and so do Check and a claim that found its generation missing.
+// r, when not nil, counts the lock waits given up.
+func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation) ([]int32, error) {
+	if r == nil {
+		r = &Rotation{}
+	}
+	conn, err := ib.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: make generations: connect: %w", err)
+	}
+	defer conn.Release()
+	lockKey := "sqsinbox.generations." + ib.cfg.Schema
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", lockKey); err != nil {
+		return nil, fmt.Errorf("inbox: make generations: lock: %w", err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lockKey)
+	}()
+	parts, err := ib.listGenerations(ctx, conn.Conn())
+	if err != nil {
+		return nil, err
+	}
+	cur := l.gen(ib.now())
+	var made []int32
+	for g := cur - 1; g <= cur+aheadGenerations; g++ {
+		p, ok := parts[g]
+		if ok && p.attached {
+			continue
+		}
+		var stmts []string
+		if !ok {
+			// CREATE and ATTACH, not PARTITION OF: ATTACH takes a lock on the parent that claims
+			// do not conflict with.
+			stmts = append(stmts, "CREATE TABLE "+partition(ib.cfg.Schema, g)+" (LIKE "+l.table+" INCLUDING DEFAULTS)")
+		}
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES IN (%d)", l.table, partition(ib.cfg.Schema, g), g))
+		if err := ib.ddl(ctx, conn.Conn(), r, stmts...); err != nil {
+			return made, fmt.Errorf("inbox: make generation %d: %w", g, err)
+		}
+		made = append(made, g)
+	}
+	return made, nil
+}
+
+// noGeneration reports err as an insert into a generation that does not exist yet (the rotation
+// is late, or this process's clock ahead), after making the missing ones: the claim can run
+// again.
+func (ib *Inbox) noGeneration(ctx context.Context, err error) bool {
+	l := ib.lay.Load()
+	var pgErr *pgconn.PgError
+	if l == nil || !errors.As(err, &pgErr) || pgErr.Code != "23514" || !strings.Contains(pgErr.Message, "no partition") {
+		return false
+	}
+	_, eerr := ib.ensure(context.WithoutCancel(ctx), l, nil)
+	return eerr == nil
+}
+
+// ddl runs stmts in one transaction with a short lock_timeout, again after a growing pause while
+// a lock wait gives up (up to 50 times, about a minute in all), so that it never holds up claims
+// for longer than rotateLockTimeout at a time.
+func (ib *Inbox) ddl(ctx context.Context, conn *pgx.Conn, r *Rotation, stmts ...string) error {
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", rotateLockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			for _, s := range stmts {
+				if _, err := tx.Exec(ctx, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || attempt == 50 {
+			return err
+		}
+		r.Retried++
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Duration(attempt) * 40 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,488 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+)
+
+// The generations layout, on a real PostgreSQL. A fake clock moves the generations: the inbox
+// numbers them by its clock, so a test switches generations by moving it, and rotates them (as
+// the purge loop does) at each step.
+
+const genLen = time.Minute
+
+// clock is a clock that tests move; the inboxes of a test share one.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// genBundle is a test's inbox switched to generations of genLen, and its clock.
+type genBundle struct {
+	*bundle
+	clock *clock
+	cfg   inbox.Config
+}
+
+func genSetup(t *testing.T, cfg *inbox.Config) *genBundle {
+	t.Helper()
+	b := setup(t, cfg)
+	if err := inbox.SwitchToGenerations(t.Context(), b.pool, b.schema, genLen); err != nil {
+		t.Fatalf("SwitchToGenerations: %v", err)
+	}
+	g := &genBundle{bundle: b, clock: newClock()}
+	if cfg != nil {
+		g.cfg = *cfg
+	}
+	g.cfg.Schema = b.schema
+	g.ib = g.newInbox(t)
+	return g
+}
+
+// newInbox is another process's inbox on the same schema and clock, checked (which makes the
+// generations around now).
+func (g *genBundle) newInbox(t *testing.T) *inbox.Inbox {
+	t.Helper()
+	c := g.cfg
+	ib, err := inbox.New(g.pool, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox.SetClock(ib, g.clock.now)
+	if err := ib.Check(t.Context()); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return ib
+}
+
+// step moves the clock one generation on and rotates, as the purge loop would.
+func (g *genBundle) step(t *testing.T) inbox.Rotation {
+	t.Helper()
+	g.clock.advance(genLen)
+	r, err := inbox.Rotate(g.ib, g.ib.Retention())
+	if err != nil {
+		t.Fatalf("rotate: %v", err)
+	}
+	return r
+}
+
+// effect is the tests' work: one row in effects per run.
+func (g *genBundle) effect(handler, key string) inbox.Func {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+g.schema+`.effects (event_id, handler) VALUES ($1, $2)`, key, handler)
+		return err
+	}
+}
+
+// effects returns the number of effects of each key.
+func (g *genBundle) effectsByKey(t *testing.T) map[string]int {
+	t.Helper()
+	rows, err := g.pool.Query(t.Context(), `SELECT event_id, count(*) FROM `+g.schema+`.effects GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = n
+	}
+	return out
+}
+
+// TestSwitchToGenerations (PostgreSQL): the switch refuses an inbox with rows, a bad generation
+// length and a second switch; after it, claims, Lookup, Stats and Purge work in processed_events;
+// a claim as a binary from before the layout makes it (an INSERT into processed_messages) fails
+// as a broken deployment, applying nothing; and an inbox that read the table layout before the
+// switch claims in the new one at once.
+func TestSwitchToGenerations(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	full := setup(t, nil)
+	if _, err := full.ib.Run(ctx, "warehouse", "evt_1", func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.SwitchToGenerations(ctx, full.pool, full.schema, genLen); !errors.Is(err, inbox.ErrInboxNotEmpty) {
+		t.Errorf("switch of an inbox with a row = %v; want ErrInboxNotEmpty", err)
+	}
+	b := setup(t, nil)
+	stale := b.ib // read the table layout at its Check
+	for _, g := range []time.Duration{time.Second, 91 * 24 * time.Hour, 90*time.Second + time.Millisecond} {
+		if err := inbox.SwitchToGenerations(ctx, b.pool, b.schema, g); err == nil || !strings.Contains(err.Error(), "want whole seconds from 1m0s to 2160h0m0s") {
+			t.Errorf("switch with generation %v = %v; want refused", g, err)
+		}
+	}
+	if err := inbox.SwitchToGenerations(ctx, b.pool, b.schema, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.SwitchToGenerations(ctx, b.pool, b.schema, time.Hour); err == nil || !strings.Contains(err.Error(), "in the generations layout already") {
+		t.Errorf("a second switch = %v; want refused", err)
+	}
+	_, err := b.pool.Exec(ctx, `INSERT INTO `+b.schema+`.processed_messages (handler, event_id) VALUES ('warehouse', 'evt_old')`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
+		t.Errorf("an INSERT as a binary from before the layout = %v; want undefined_table", err)
+	}
+	out, err := stale.Run(ctx, "warehouse", "evt_2", b.genEffect("warehouse", "evt_2"))
+	if err != nil || out != inbox.Processed {
+		t.Fatalf("a claim by an inbox that read the table layout = %v, %v; want processed, in the new layout", out, err)
+	}
+	fresh, err := inbox.New(b.pool, &inbox.Config{Schema: b.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind, g, err := fresh.Layout(ctx); kind != inbox.LayoutGenerations || g != time.Hour || err != nil {
+		t.Errorf("Layout = %s, %v, %v", kind, g, err)
+	}
+	if out, err := fresh.Run(ctx, "warehouse", "evt_2", b.genEffect("warehouse", "evt_2")); out != inbox.Duplicate || err != nil {
+		t.Errorf("the same event again = %v, %v; want duplicate", out, err)
+	}
+	if _, err := fresh.RunTx(ctx, mustBegin(t, b), "warehouse", "evt_2", b.genEffect("warehouse", "evt_2")); err != nil {
+		t.Errorf("RunTx: %v", err)
+	}
+	got, err := fresh.Lookup(ctx, "evt_2")
+	if err != nil || len(got) != 1 || got[0].Handler != "warehouse" {
+		t.Errorf("Lookup = %+v, %v; want one row, warehouse", got, err)
+	}
+	st, err := fresh.Stats(ctx)
+	if err != nil || len(st.Handlers) != 1 || st.Handlers[0].Rows != 1 {
+		t.Errorf("Stats = %+v, %v", st, err)
+	}
+	if res, err := fresh.Purge(ctx); err != nil || res.Deleted != 0 {
+		t.Errorf("Purge = %+v, %v", res, err)
+	}
+	if _, err := fresh.PurgeOlderThan(ctx, time.Hour, nil); err == nil {
+		t.Error("a purge under the retention was not refused")
+	}
+	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.effects`); n != 1 {
+		t.Errorf("%d effects; want 1", n)
+	}
+}
+
+func (b *bundle) genEffect(handler, key string) inbox.Func {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+b.schema+`.effects (event_id, handler) VALUES ($1, $2)`, key, handler)
+		return err
+	}
+}
+
+func mustBegin(t *testing.T, b *bundle) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// TestGenerationsOneEffectAcrossSwitches (PostgreSQL): 8 goroutines, each its own inbox (half
+// claiming one event at a time, half in batches), claim the same 40 events over and over while
+// the generation switches under them every few claims. Each event is applied exactly once, and
+// has one row.
+func TestGenerationsOneEffectAcrossSwitches(t *testing.T) {
+	t.Parallel()
+	g := genSetup(t, &inbox.Config{Retention: time.Hour})
+	const keys, rounds = 40, 6
+	var processed atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	switched := make(chan struct{})
+	go func() { // the switches
+		defer close(switched)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			g.step(t)
+		}
+	}()
+	errs := make(chan error, 8)
+	for w := range 8 {
+		ib := g.newInbox(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				if w%2 == 0 {
+					for k := range keys {
+						key := fmt.Sprintf("evt_%02d", (k+w*5+r)%keys)
+						out, err := ib.Run(t.Context(), "warehouse", key, g.effect("warehouse", key))
+						if err != nil && !errors.Is(err, inbox.ErrClaimBlocked) {
+							errs <- err
+							return
+						}
+						if out == inbox.Processed {
+							processed.Add(1)
+						}
+					}
+					continue
+				}
+				for k := 0; k < keys; k += 10 {
+					var items []inbox.Item
+					for j := range 10 {
+						key := fmt.Sprintf("evt_%02d", (k+j+w*3+r)%keys)
+						items = append(items, inbox.Item{Handler: "warehouse", Key: key, Fn: g.effect("warehouse", key)})
+					}
+					res, _ := ib.RunBatch(t.Context(), items, nil)
+					for _, rr := range res {
+						if rr.Err != nil && !errors.Is(rr.Err, inbox.ErrClaimBlocked) {
+							errs <- rr.Err
+							return
+						}
+						if rr.Outcome == inbox.Processed {
+							processed.Add(1)
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-switched
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	fx := g.effectsByKey(t)
+	for k := range keys {
+		if n := fx[fmt.Sprintf("evt_%02d", k)]; n != 1 {
+			t.Errorf("evt_%02d has %d effects; want 1", k, n)
+		}
+	}
+	if p := processed.Load(); p != keys {
+		t.Errorf("%d claims processed; want %d", p, keys)
+	}
+	if n := g.count(t, `SELECT count(*) FROM `+g.schema+`.processed_events`); n != keys {
+		t.Errorf("%d rows; want %d", n, keys)
+	}
+	if n := g.count(t, `SELECT count(DISTINCT gen) FROM `+g.schema+`.processed_events`); n < 2 {
+		t.Logf("the rows are in %d generation(s)", n)
+	}
+}
+
+// waitLockWaiter waits until a session of the pool waits for an advisory lock.
+func (g *genBundle) waitLockWaiter(t *testing.T) {
+	t.Helper()
+	sqlWait(t, g.bundle, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`, 1)
+}
+
+func sqlWait(t *testing.T, b *bundle, q string, want int) {
+	t.Helper()
+	sqstest.WaitFor(t, 30*time.Second, q, func() (bool, string) {
+		var n int
+		if err := b.pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n >= want, fmt.Sprint(n)
+	})
+}
+
+// TestGenerationsHolderAcrossSwitch (PostgreSQL): a claim holder in one generation, its
+// transaction open; the generation switches; a claim of the same event in the next one waits for
+// the holder (it never skips it): a commit makes it a duplicate, a rollback makes it run. A batch
+// spanning the switch finds the events of the earlier generation done.
+func TestGenerationsHolderAcrossSwitch(t *testing.T) {
+	t.Parallel()
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
+			t.Parallel()
+			g := genSetup(t, &inbox.Config{Retention: time.Hour})
+			other := g.newInbox(t)
+			tx := mustBegin(t, g.bundle)
+			if out, err := g.ib.RunTx(t.Context(), tx, "warehouse", "evt_held", g.effect("warehouse", "evt_held")); out != inbox.Processed || err != nil {
+				t.Fatalf("holder: %v, %v", out, err)
+			}
+			g.step(t)
+			done := make(chan inbox.Outcome, 1)
+			go func() {
+				out, err := other.Run(context.Background(), "warehouse", "evt_held", g.effect("warehouse", "evt_held"))
+				if err != nil {
+					t.Error(err)
+				}
+				done <- out
+			}()
+			g.waitLockWaiter(t)
+			end := tx.Rollback
+			want := inbox.Processed
+			if commit {
+				end, want = tx.Commit, inbox.Duplicate
+			}
+			if err := end(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if out := <-done; out != want {
+				t.Errorf("the claim after the switch = %v; want %v", out, want)
+			}
+			if fx := g.effectsByKey(t); fx["evt_held"] != 1 {
+				t.Errorf("evt_held has %d effects; want 1", fx["evt_held"])
+			}
+		})
+	}
+	t.Run("batch", func(t *testing.T) {
+		t.Parallel()
+		g := genSetup(t, &inbox.Config{Retention: time.Hour})
+		items := func(n int) []inbox.Item {
+			var out []inbox.Item
+			for i := range n {
+				k := fmt.Sprintf("evt_%d", i)
+				out = append(out, inbox.Item{Handler: "warehouse", Key: k, Fn: g.effect("warehouse", k)})
+			}
+			return out
+		}
+		g.ib.RunBatch(t.Context(), items(5), nil)
+		g.step(t)
+		res, _ := g.newInbox(t).RunBatch(t.Context(), items(10), nil)
+		for i, r := range res {
+			want := inbox.Processed
+			if i < 5 {
+				want = inbox.Duplicate
+			}
+			if r.Err != nil || r.Outcome != want {
+				t.Errorf("evt_%d: %v, %v; want %v", i, r.Outcome, r.Err, want)
+			}
+		}
+	})
+}
+
+// TestGenerationsRotation (PostgreSQL): the rotation keeps the generations from the oldest a claim
+// probes to two ahead, and drops those past the retention: an event is a duplicate while its
+// generation lives and is forgotten after. A drop waits for a claim holding the generation
+// without holding up other claims (it gives up its lock wait and tries again). A rotation finds
+// another's lock held and skips; one after a crash attaches a generation made and not attached,
+// and drops one detached and not dropped.
+func TestGenerationsRotation(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const retention = 10 * time.Minute
+	g := genSetup(t, &inbox.Config{Retention: retention})
+	if out, err := g.ib.Run(ctx, "warehouse", "evt_old", g.effect("warehouse", "evt_old")); out != inbox.Processed || err != nil {
+		t.Fatal(out, err)
+	}
+	// Live: the probe window is retention + 5 min (clock margin); drops wait 10 min more.
+	for range 15 {
+		g.step(t)
+		if out, _ := g.ib.Run(ctx, "warehouse", "evt_old", g.effect("warehouse", "evt_old")); out != inbox.Duplicate {
+			t.Fatalf("evt_old within its horizon = %v; want duplicate", out)
+		}
+	}
+	// A holder of a claim in the oldest generation keeps the drop waiting, not the claims.
+	tx := mustBegin(t, g.bundle)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+g.schema+`.processed_events WHERE event_id = 'evt_old' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	var dropped []int32
+	for range 12 {
+		g.clock.advance(genLen)
+	}
+	rotated := make(chan inbox.Rotation, 1)
+	go func() {
+		r, err := inbox.Rotate(g.ib, retention)
+		if err != nil {
+			t.Error(err)
+		}
+		rotated <- r
+	}()
+	for i := range 5 { // claims go on while the drop waits
+		k := fmt.Sprintf("evt_during_%d", i)
+		if out, err := g.newInbox(t).Run(ctx, "warehouse", k, g.effect("warehouse", k)); out != inbox.Processed || err != nil {
+			t.Fatalf("a claim during the drop's wait: %v, %v", out, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-rotated
+	dropped = r.Dropped
+	if len(dropped) == 0 {
+		t.Fatalf("rotation dropped nothing: %+v", r)
+	}
+	if out, err := g.ib.Run(ctx, "warehouse", "evt_old", g.effect("warehouse", "evt_old")); out != inbox.Processed || err != nil {
+		t.Errorf("evt_old past its horizon = %v, %v; want processed again (forgotten)", out, err)
+	}
+	parts := g.partitions(t)
+	cur := int32(g.clock.now().Unix() / int64(genLen/time.Second))
+	for _, p := range []int32{cur - 1, cur, cur + 1, cur + 2} {
+		if !slices.Contains(parts, p) {
+			t.Errorf("generation %d is missing; have %v", p, parts)
+		}
+	}
+	if oldest := slices.Min(parts); oldest < int32(g.clock.now().Add(-retention-10*time.Minute).Unix()/60)-1 {
+		t.Errorf("generation %d kept past the retention (now %d)", oldest, cur)
+	}
+	t.Logf("rotation: %+v", r)
+
+	// Another process's rotation holds the lock: this one skips.
+	conn, err := g.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", "sqsinbox.purge."+g.schema+".processed_events"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := inbox.Rotate(g.ib, retention); err != nil || !r.Skipped {
+		t.Errorf("a rotation while another holds the lock = %+v, %v; want skipped", r, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", "sqsinbox.purge."+g.schema+".processed_events"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A crash left generation cur+3 made and not attached, and an old one detached and not dropped.
+	stray := cur - 100
+	for _, s := range []string{
+		fmt.Sprintf(`CREATE TABLE %s.processed_events_g%d (LIKE %s.processed_events INCLUDING DEFAULTS)`, g.schema, cur+3, g.schema),
+		fmt.Sprintf(`CREATE TABLE %s.processed_events_g%d (LIKE %s.processed_events INCLUDING DEFAULTS)`, g.schema, stray, g.schema),
+	} {
+		if _, err := g.pool.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.clock.advance(genLen)
+	r, err = inbox.Rotate(g.ib, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(r.Created, cur+3) || !slices.Contains(r.Dropped, stray) {
+		t.Errorf("after a crash: %+v; want %d attached and %d dropped", r, cur+3, stray)
+	}
+}
+
+// partitions returns the generations attached to processed_events.
+func (g *genBundle) partitions(t *testing.T) []int32 {
+	t.Helper()
+	rows, err := g.pool.Query(t.Context(), `SELECT substring(c.relname from 'processed_events_g(-?[0-9]+)')::int FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass ORDER BY 1`, g.schema+".processed_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
