@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
@@ -49,13 +50,11 @@ const (
 // only those that ended before now - Retention - 2 × clockMargin.
 const clockMargin = 5 * time.Minute
 
-// ErrInboxNotEmpty is the error of [SwitchToGenerations] on an inbox that holds rows: moving them
-// is not built; switch a new inbox, or one whose rows have all been purged.
-var ErrInboxNotEmpty = errors.New("inbox: processed_messages holds rows; the switch to the generations layout takes an empty inbox (moving existing rows is not built yet)")
-
 // genLayout is an inbox's generations layout: its generation length and statements.
 type genLayout struct {
 	g       time.Duration
+	legacy  bool   // processed_messages_legacy holds rows from before the switch: claims probe it
+	rows    string // what readers select from: processed_events, with the legacy rows if any
 	lock    string // takes the batch's advisory locks, after bounding the claim's waits
 	lockTx  string // RunTx's: the locks, with only the planner settings
 	claim   string // the probe and the insert, returning the keys inserted
@@ -75,8 +74,14 @@ func (l *genLayout) minLive(now time.Time, retention time.Duration) int32 {
 	return l.gen(now.Add(-retention - clockMargin))
 }
 
-func newGenLayout(c Config, g time.Duration) *genLayout {
+func newGenLayout(c Config, g time.Duration, legacy bool) *genLayout {
 	t := sqlident.Quote(c.Schema, "processed_events")
+	lt := sqlident.Quote(c.Schema, "processed_messages_legacy")
+	rows, legacyProbe := t, ""
+	if legacy {
+		rows = sqlident.Quote(c.Schema, "inbox_rows") // both tables: legacyView
+		legacyProbe = " AND NOT (SELECT EXISTS (SELECT 1 FROM " + lt + " l WHERE l.handler = u.h AND l.event_id = u.k))"
+	}
 	settings := "set_config('sqsinbox.enable_seqscan', current_setting('enable_seqscan'), true), set_config('enable_seqscan', 'off', true), " +
 		"set_config('sqsinbox.jit', current_setting('jit'), true), set_config('jit', 'off', true)"
 	// The locks in ascending order of their keys (the sorted subquery feeds the volatile lock
@@ -85,8 +90,10 @@ func newGenLayout(c Config, g time.Duration) *genLayout {
 	locks := "SELECT count(pg_advisory_xact_lock(q.x)) FROM (SELECT DISTINCT hashtextextended('" + c.Schema + "'" +
 		" || E'\\x01' || u.h || E'\\x01' || u.k, 0) AS x FROM s, unnest($1::text[], $2::text[]) AS u(h, k) ORDER BY 1) q"
 	return &genLayout{
-		g:     g,
-		table: t,
+		g:      g,
+		legacy: legacy,
+		rows:   rows,
+		table:  t,
 		// enable_seqscan and jit are off for the claim: a generation starts empty, and a plan
 		// made then (a cached generic plan) would scan it sequentially while it grows; the
 		// disabled scans' cost would then compile every execution.
@@ -100,13 +107,13 @@ func newGenLayout(c Config, g time.Duration) *genLayout {
 		// clock, or a switch during its wait).
 		claim: "INSERT INTO " + t + " (handler, event_id, gen, " + deliveryColumns + ") SELECT u.h, u.k, $7::int, u.s, u.m, u.r, u.t " +
 			"FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::int2[], $6::bytea[]) AS u(h, k, s, m, r, t) " +
-			"WHERE NOT (SELECT EXISTS (SELECT 1 FROM " + t + " p WHERE p.handler = u.h AND p.event_id = u.k AND p.gen >= $8::int)) " +
+			"WHERE NOT (SELECT EXISTS (SELECT 1 FROM " + t + " p WHERE p.handler = u.h AND p.event_id = u.k AND p.gen >= $8::int))" + legacyProbe + " " +
 			`ORDER BY u.h COLLATE "C", u.k COLLATE "C" ON CONFLICT DO NOTHING RETURNING handler, event_id`,
 		reset: "SELECT set_config('lock_timeout', current_setting('sqsinbox.lock_timeout'), true), " +
 			"set_config('enable_seqscan', current_setting('sqsinbox.enable_seqscan'), true), set_config('jit', current_setting('sqsinbox.jit'), true)",
 		resetTx: "SELECT set_config('enable_seqscan', current_setting('sqsinbox.enable_seqscan'), true), set_config('jit', current_setting('sqsinbox.jit'), true)",
 		unclaim: "DELETE FROM " + t + " WHERE (handler, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
-		stats:   "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + t + " GROUP BY handler ORDER BY handler",
+		stats:   "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + rows + " r GROUP BY handler ORDER BY handler",
 	}
 }
 
@@ -130,7 +137,7 @@ func (ib *Inbox) readLayout(ctx context.Context) *genLayout {
 // rowsTable is the quoted table of the inbox's rows in its layout.
 func (ib *Inbox) rowsTable(ctx context.Context) string {
 	if l := ib.readLayout(ctx); l != nil {
-		return l.table
+		return l.rows
 	}
 	return sqlident.Quote(ib.cfg.Schema, "processed_messages")
 }
@@ -140,7 +147,8 @@ func (ib *Inbox) rowsTable(ctx context.Context) string {
 func (ib *Inbox) Layout(ctx context.Context) (string, time.Duration, error) {
 	var kind string
 	var secs *int32
-	err := ib.pool.QueryRow(ctx, "SELECT kind, generation_seconds FROM "+sqlident.Quote(ib.cfg.Schema, "inbox_layout")).Scan(&kind, &secs)
+	var legacy bool
+	err := ib.pool.QueryRow(ctx, "SELECT kind, generation_seconds, legacy FROM "+sqlident.Quote(ib.cfg.Schema, "inbox_layout")).Scan(&kind, &secs, &legacy)
 	if err != nil {
 		return "", 0, fmt.Errorf("inbox: read the layout of schema %q: %w", ib.cfg.Schema, err)
 	}
@@ -150,22 +158,48 @@ func (ib *Inbox) Layout(ctx context.Context) (string, time.Duration, error) {
 		return LayoutTable, 0, nil
 	}
 	g := time.Duration(*secs) * time.Second
-	if cur := ib.lay.Load(); cur == nil || cur.g != g {
-		ib.lay.Store(newGenLayout(ib.cfg, g))
+	if cur := ib.lay.Load(); cur == nil || cur.g != g || cur.legacy != legacy {
+		ib.lay.Store(newGenLayout(ib.cfg, g, legacy))
 	}
 	return LayoutGenerations, g, nil
 }
 
-// layoutMoved reports whether err is a claim's in the table layout that found processed_messages
-// gone, and the inbox now knows the generations layout: the claim can run again at once.
+// LegacyRows reports whether, in the generations layout as last read ([Inbox.Layout]), the rows
+// from before the switch are still in processed_messages_legacy.
+func (ib *Inbox) LegacyRows() bool {
+	l := ib.lay.Load()
+	return l != nil && l.legacy
+}
+
+// layoutMoved reports whether err is a claim's that found its table gone or closed (the inbox
+// switched to the generations layout, or its legacy table was dropped, since this process read
+// the layout), and the layout, read again, has changed: the claim can run again at once.
 func (ib *Inbox) layoutMoved(ctx context.Context, err error) bool {
 	var pgErr *pgconn.PgError
-	if ib.lay.Load() != nil || !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
+	if !errors.As(err, &pgErr) || (pgErr.Code != "42P01" && pgErr.ConstraintName != legacyClosed) {
 		return false
 	}
-	kind, _, lerr := ib.Layout(context.WithoutCancel(ctx))
-	return lerr == nil && kind == LayoutGenerations
+	before := ib.lay.Load()
+	if _, _, lerr := ib.Layout(context.WithoutCancel(ctx)); lerr != nil {
+		return false
+	}
+	after := ib.lay.Load()
+	return after != nil && (before == nil || before.legacy != after.legacy || before.g != after.g)
 }
+
+// legacyView is the view inbox_rows, what readers (Lookup, List, Stats) read while the legacy
+// table is there: the rows of both tables.
+func legacyView(schema string) string {
+	cols := "handler, event_id, seen_at, " + deliveryColumns
+	return "SELECT " + cols + " FROM " + sqlident.Quote(schema, "processed_events") +
+		" UNION ALL SELECT " + cols + " FROM " + sqlident.Quote(schema, "processed_messages_legacy")
+}
+
+// legacyClosed is the constraint that closes processed_messages_legacy to new rows at the switch:
+// a process that still claims in the table layout through a plan made before the switch (which
+// names the table by its identity, not its name) fails instead of inserting there without the
+// generations' lock.
+const legacyClosed = "sqsinbox_legacy_closed"
 
 // claimArgsGen are the claim's arguments after the six arrays: the generation it writes and the
 // oldest it probes.
@@ -174,14 +208,19 @@ func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32) {
 	return l.gen(now), l.minLive(now, ib.cfg.Retention)
 }
 
-// SwitchToGenerations moves an empty inbox in schema to the generations layout, of generation
-// length generation (whole seconds from MinGeneration to MaxGeneration; the docs say how to pick
-// it): processed_messages is dropped and processed_events made, with the generations around now.
+// SwitchToGenerations moves the inbox in schema to the generations layout, of generation length
+// generation (whole seconds from MinGeneration to MaxGeneration; the docs say how to pick it). It
+// takes a moment's exclusive lock on processed_messages (waiting up to 10 s for the claims running
+// to end), then new claims go to processed_events. An inbox with rows keeps them: the table is
+// renamed processed_messages_legacy and closed to new rows, every claim probes it too (so a
+// redelivery of an event it holds is still caught: there is no window), and the purge deletes
+// its rows as they pass the retention, then drops it. An empty one is dropped at once.
+//
 // It is a separate, explicit step (`sqsinbox inbox layout generations`), taken once every process
-// that claims in the schema runs a version that knows the layout: one that does not (a binary
-// from before it) finds processed_messages gone, and its claims fail as a broken deployment (it
-// pauses, applies nothing); one that does reads the new layout at its next claim. It refuses an
-// inbox with rows ([ErrInboxNotEmpty]) or one already switched.
+// that claims in the schema runs a version that knows the layout: a process that does reads the
+// new layout at its next claim; a binary from before it finds processed_messages gone (its claims
+// fail as a broken deployment: it pauses and applies nothing) or closed. It refuses an inbox
+// already switched.
 func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string, generation time.Duration) error {
 	schema = orDefault(schema)
 	if err := sqlident.Validate("inbox: schema", schema); err != nil {
@@ -203,16 +242,14 @@ func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string,
 		}
 		old := sqlident.Quote(schema, "processed_messages")
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+old+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-			return fmt.Errorf("inbox: lock %s (claims running for more than 10 s hold it): %w", old, err)
+			return fmt.Errorf("inbox: lock %s (a claim held it for more than 10 s; try again): %w", old, err)
 		}
 		var rows bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+old+")").Scan(&rows); err != nil {
+		var at time.Time
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+old+"), now()").Scan(&rows, &at); err != nil {
 			return err
 		}
-		if rows {
-			return ErrInboxNotEmpty
-		}
-		l := newGenLayout(Config{Schema: schema}, generation)
+		l := newGenLayout(Config{Schema: schema}, generation, rows)
 		cur := l.gen(time.Now())
 		stmts := []string{
 			"CREATE TABLE " + l.table + ` (
@@ -230,9 +267,18 @@ func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string,
 		for g := cur - 1; g <= cur+aheadGenerations; g++ {
 			stmts = append(stmts, fmt.Sprintf("CREATE TABLE %s PARTITION OF %s FOR VALUES IN (%d)", partition(schema, g), l.table, g))
 		}
-		stmts = append(stmts, "DROP TABLE "+old,
-			fmt.Sprintf("UPDATE %s SET kind = 'generations', generation_seconds = %d, switched_at = now()",
-				sqlident.Quote(schema, "inbox_layout"), int64(generation/time.Second)))
+		if rows {
+			stmts = append(stmts, "ALTER TABLE "+old+" RENAME TO processed_messages_legacy",
+				"CREATE VIEW "+sqlident.Quote(schema, "inbox_rows")+" AS "+legacyView(schema))
+			// Closed to new rows without a scan (NOT VALID checks new rows only; a new row's seen_at
+			// is later than this transaction's now()). The time is a literal we format.
+			stmts = append(stmts, "ALTER TABLE "+sqlident.Quote(schema, "processed_messages_legacy")+" ADD CONSTRAINT "+legacyClosed+
+				" CHECK (seen_at < '"+at.UTC().Format(time.RFC3339Nano)+"'::timestamptz) NOT VALID")
+		} else {
+			stmts = append(stmts, "DROP TABLE "+old)
+		}
+		stmts = append(stmts, fmt.Sprintf("UPDATE %s SET kind = 'generations', generation_seconds = %d, switched_at = now(), legacy = %v",
+			sqlident.Quote(schema, "inbox_layout"), int64(generation/time.Second), rows))
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {
 				return fmt.Errorf("inbox: switch to generations: %w", err)
@@ -263,6 +309,10 @@ type Rotation struct {
 	Rows int64
 	// Retried counts DDL statements that gave up a lock wait and ran again.
 	Retried int
+	// LegacyDeleted counts the rows deleted from processed_messages_legacy (the rows of the table
+	// layout from before the switch), and LegacyDropped says it was empty and is dropped.
+	LegacyDeleted int64
+	LegacyDropped bool
 	// Horizon is the start of the oldest generation kept: the rows before it are gone.
 	Horizon time.Time
 	// Skipped: another process held the rotation's lock.
@@ -316,7 +366,45 @@ func (ib *Inbox) rotate(ctx context.Context, l *genLayout, age time.Duration) (R
 		r.Rows += max(p.tuples, 0)
 	}
 	slices.Sort(r.Dropped)
+	if l.legacy {
+		if err := ib.forgetLegacy(ctx, conn.Conn(), &r, age); err != nil {
+			return r, err
+		}
+	}
 	return r, nil
+}
+
+// forgetLegacy deletes the rows of processed_messages_legacy past age, by the database's clock
+// as the table layout does, and drops the table once it is empty: claims stop probing it (each
+// process reads the layout again when its claim finds the table gone).
+func (ib *Inbox) forgetLegacy(ctx context.Context, conn *pgx.Conn, r *Rotation, age time.Duration) error {
+	res, err := pgpurge.Run(ctx, ib.pool, pgpurge.Target{
+		Schema:    ib.cfg.Schema,
+		Table:     "processed_messages_legacy",
+		Column:    "seen_at",
+		Retention: age,
+		BatchSize: ib.cfg.PurgeBatchSize,
+		LockKey:   "sqsinbox.purge." + ib.cfg.Schema + ".processed_messages_legacy",
+	})
+	r.LegacyDeleted, r.Rows = res.Deleted, r.Rows+res.Deleted
+	if err != nil {
+		return fmt.Errorf("inbox: rotate: purge processed_messages_legacy: %w", err)
+	}
+	var left bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+sqlident.Quote(ib.cfg.Schema, "processed_messages_legacy")+")").Scan(&left); err != nil {
+		return fmt.Errorf("inbox: rotate: %w", err)
+	}
+	if left {
+		return nil
+	}
+	if err := ib.ddl(ctx, conn, r, "DROP VIEW "+sqlident.Quote(ib.cfg.Schema, "inbox_rows"),
+		"DROP TABLE "+sqlident.Quote(ib.cfg.Schema, "processed_messages_legacy"),
+		"UPDATE "+sqlident.Quote(ib.cfg.Schema, "inbox_layout")+" SET legacy = false"); err != nil {
+		return fmt.Errorf("inbox: rotate: drop processed_messages_legacy: %w", err)
+	}
+	r.LegacyDropped = true
+	_, _, err = ib.Layout(ctx)
+	return err
 }
 
 // genPart is a table of a generation: attached to processed_events or not (a crash between its

@@ -111,21 +111,15 @@ func (g *genBundle) effectsByKey(t *testing.T) map[string]int {
 	return out
 }
 
-// TestSwitchToGenerations (PostgreSQL): the switch refuses an inbox with rows, a bad generation
+// TestSwitchToGenerations (PostgreSQL): the switch of an empty inbox refuses a bad generation
 // length and a second switch; after it, claims, Lookup, Stats and Purge work in processed_events;
 // a claim as a binary from before the layout makes it (an INSERT into processed_messages) fails
-// as a broken deployment, applying nothing; and an inbox that read the table layout before the
-// switch claims in the new one at once.
+// with undefined_table, which such a binary takes for a broken deployment (it pauses, applying
+// nothing); and an inbox that read the table layout before the switch claims in the new one at
+// once.
 func TestSwitchToGenerations(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	full := setup(t, nil)
-	if _, err := full.ib.Run(ctx, "warehouse", "evt_1", func(context.Context, pgx.Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := inbox.SwitchToGenerations(ctx, full.pool, full.schema, genLen); !errors.Is(err, inbox.ErrInboxNotEmpty) {
-		t.Errorf("switch of an inbox with a row = %v; want ErrInboxNotEmpty", err)
-	}
 	b := setup(t, nil)
 	stale := b.ib // read the table layout at its Check
 	for _, g := range []time.Duration{time.Second, 91 * 24 * time.Hour, 90*time.Second + time.Millisecond} {
@@ -485,4 +479,139 @@ JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass ORDER BY 
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestSwitchMovesAnInbox (PostgreSQL): 6 processes (each its own inbox and pool, half claiming one
+// event at a time, half in batches) claim 200 events over and over in the table layout, which
+// already holds 100 of them, while the inbox switches to generations under them. Each event is
+// applied exactly once: the rows from before the switch stay in processed_messages_legacy, which
+// every claim probes; a process whose cached statement still names the old table fails that claim
+// once (the table is gone, or closed to new rows) and claims in the new layout. Lookup finds the
+// events of both tables. When the legacy rows pass the retention the rotation deletes them and
+// drops the table, and the processes that still probed it claim without it.
+func TestSwitchMovesAnInbox(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, nil)
+	g := &genBundle{bundle: b, clock: newClock(), cfg: inbox.Config{Schema: b.schema}}
+	const before, all = 100, 200
+	for i := range before {
+		k := fmt.Sprintf("evt_%03d", i)
+		if out, err := b.ib.Run(ctx, "warehouse", k, g.effect("warehouse", k)); out != inbox.Processed || err != nil {
+			t.Fatal(out, err)
+		}
+	}
+	var processed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	started, switched := make(chan struct{}, 6), make(chan struct{})
+	var inboxes []*inbox.Inbox
+	for w := range 6 {
+		ib, err := inbox.New(newPool(t, 4), &inbox.Config{Schema: b.schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ib.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		inboxes = append(inboxes, ib)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range 4 {
+				n := all * 3 / 4 // the first two rounds in the table layout; then the switch comes
+				if r == 2 {
+					started <- struct{}{}
+					n = all
+					if w >= 3 { // these wait for the switch; the others claim on through it
+						<-switched
+					}
+				}
+				for k := 0; k < n; k += 10 {
+					var items []inbox.Item
+					for j := range 10 {
+						idx := (k + j + w*37 + r*11) % n
+						if w >= 3 && r >= 2 {
+							idx = all - 1 - (k + j) // from the other end: new events, in the new layout
+						}
+						key := fmt.Sprintf("evt_%03d", idx)
+						items = append(items, inbox.Item{Handler: "warehouse", Key: key, Fn: g.effect("warehouse", key)})
+					}
+					if w%2 == 0 {
+						for _, it := range items {
+							out, err := ib.Run(ctx, it.Handler, it.Key, it.Fn)
+							if err != nil && !errors.Is(err, inbox.ErrClaimBlocked) {
+								errs <- fmt.Errorf("Run %s: %w", it.Key, err)
+								return
+							}
+							if out == inbox.Processed {
+								processed.Add(1)
+							}
+						}
+						continue
+					}
+					res, _ := ib.RunBatch(ctx, items, nil)
+					for i, rr := range res {
+						if rr.Err != nil && !errors.Is(rr.Err, inbox.ErrClaimBlocked) {
+							errs <- fmt.Errorf("RunBatch %s: %w", items[i].Key, rr.Err)
+							return
+						}
+						if rr.Outcome == inbox.Processed {
+							processed.Add(1)
+						}
+					}
+				}
+			}
+		}()
+	}
+	<-started // one process is past its first two rounds: claims go on while the switch comes
+	if err := inbox.SwitchToGenerations(ctx, b.pool, b.schema, time.Hour); err != nil {
+		t.Fatalf("switch: %v", err)
+	}
+	close(switched)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	fx := g.effectsByKey(t)
+	for i := range all {
+		if n := fx[fmt.Sprintf("evt_%03d", i)]; n != 1 {
+			t.Errorf("evt_%03d has %d effects; want 1", i, n)
+		}
+	}
+	if p := processed.Load(); p != all-before {
+		t.Errorf("%d claims processed after the first %d; want %d", p, before, all-before)
+	}
+	legacy, events := b.count(t, `SELECT count(*) FROM `+b.schema+`.processed_messages_legacy`), b.count(t, `SELECT count(*) FROM `+b.schema+`.processed_events`)
+	if legacy < all*3/4 || events == 0 || legacy+events != all {
+		t.Errorf("%d legacy rows and %d in processed_events; want at least %d legacy, some in processed_events, %d in all", legacy, events, all*3/4, all)
+	}
+	t.Logf("rows: %d legacy, %d in generations", legacy, events)
+	for _, k := range []string{"evt_005", "evt_199"} {
+		if got, err := inboxes[0].Lookup(ctx, k); err != nil || len(got) != 1 {
+			t.Errorf("Lookup(%s) = %+v, %v; want one row", k, got, err)
+		}
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO `+b.schema+`.processed_messages_legacy (handler, event_id) VALUES ('warehouse', 'evt_late')`); err == nil {
+		t.Error("a new row went into the legacy table; it must be closed")
+	}
+
+	// The legacy rows pass the retention: deleted, the table dropped, the layout without it.
+	if _, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.processed_messages_legacy SET seen_at = now() - interval '40 days'`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := inbox.Rotate(inboxes[1], inbox.DefaultRetention)
+	if err != nil || int(r.LegacyDeleted) != legacy || !r.LegacyDropped {
+		t.Fatalf("rotation = %+v, %v; want %d legacy rows deleted and the table dropped", r, err, legacy)
+	}
+	for _, ib := range inboxes { // each still probed the legacy table
+		if out, err := ib.Run(ctx, "warehouse", "evt_199", g.effect("warehouse", "evt_199")); err != nil || (out != inbox.Duplicate && events > 0) {
+			t.Errorf("a claim after the legacy table went = %v, %v", out, err)
+		}
+	}
+	var stillLegacy bool
+	if err := b.pool.QueryRow(ctx, `SELECT legacy FROM `+b.schema+`.inbox_layout`).Scan(&stillLegacy); err != nil || stillLegacy {
+		t.Errorf("layout legacy = %v, %v; want false", stillLegacy, err)
+	}
 }

@@ -13,14 +13,16 @@ func runInbox(ctx context.Context, e env, args []string) error {
 	var db dbFlags
 	fs := newFlags(e, "inbox", "inbox layout [generations --generation 14d --yes]",
 		"  sqsinbox inbox layout                                   # the inbox's layout\n"+
-			"  sqsinbox inbox layout generations --generation 14d --yes # switch an empty inbox to generations\n\n"+
+			"  sqsinbox inbox layout generations --generation 14d --yes # switch the inbox to generations\n\n"+
 			"The table layout (the default) keeps the rows in processed_messages and forgets them with\n"+
 			"DELETE: cheap while the inbox is small. The generations layout keeps them in processed_events,\n"+
 			"partitioned into generations of --generation, and forgets a whole generation at a time\n"+
 			"(a DROP, at the same cost at any size), for inboxes of hundreds of millions of rows and more;\n"+
-			"each claim then costs a little more. The switch takes an empty inbox (moving rows is not\n"+
-			"built yet) and is taken once every worker of the schema runs this version or later: an\n"+
-			"older binary's claims fail as a broken deployment (it pauses and applies nothing).")
+			"each claim then costs a little more. The switch locks processed_messages for a moment\n"+
+			"(waiting up to 10 s for running claims) and keeps its rows as processed_messages_legacy,\n"+
+			"which every claim probes until the purge has deleted them all (after the retention) and\n"+
+			"dropped it: no redelivery goes uncaught. Switch once every worker of the schema runs this\n"+
+			"version or later: an older binary's claims fail (it pauses as a broken deployment).")
 	db.register(fs)
 	gen := fs.String("generation", "14d", "the generation length, for the switch: whole seconds from 1m to 90d")
 	yes := fs.Bool("yes", false, "for the switch: do it (without it, say what it would do)")
@@ -63,7 +65,11 @@ func runInbox(ctx context.Context, e env, args []string) error {
 	}
 	if kind == inbox.LayoutGenerations {
 		probes := int((ib.Retention()+5*time.Minute+g-1)/g) + 1
-		fmt.Fprintf(e.stdout, "%s: generations of %s (a claim probes about %d of them, with retention %s)\n", db.schema, durationText(g), probes+2, durationText(ib.Retention()))
+		legacy := ""
+		if ib.LegacyRows() {
+			legacy = "; the rows from before the switch are in processed_messages_legacy until the purge has forgotten them"
+		}
+		fmt.Fprintf(e.stdout, "%s: generations of %s (a claim probes about %d of them, with retention %s)%s\n", db.schema, durationText(g), probes+2, durationText(ib.Retention()), legacy)
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "%s: table (processed_messages, forgotten by DELETE)\n", db.schema)

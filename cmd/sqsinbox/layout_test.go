@@ -37,4 +37,18 @@ func TestInboxLayout(t *testing.T) {
 	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "1", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "generations layout") {
 		t.Errorf("reverting 0005 in the generations layout: exit %d, %s", r.code, r.stderr)
 	}
+
+	// An inbox with rows keeps them in processed_messages_legacy, and says so.
+	pool, dbArgs2 := migratedSchema(t, "cli_layout_rows")
+	schema2 := dbArgs2[len(dbArgs2)-1]
+	if _, err := pool.Exec(t.Context(), `INSERT INTO `+schema2+`.processed_messages (handler, event_id) VALUES ('warehouse', 'evt_9f3k')`); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, "", append([]string{"inbox", "layout", "generations", "--yes"}, dbArgs2...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "generations of 14d") || !strings.Contains(r.stdout, "processed_messages_legacy until the purge has forgotten them") {
+		t.Errorf("switch with rows: %s", r.stdout)
+	}
+	if r := cli(t, "", append([]string{"events", "show", "evt_9f3k"}, dbArgs2...)...).mustOK(t); !strings.Contains(r.stdout, "warehouse") {
+		t.Errorf("events show of a legacy row: %s", r.stdout)
+	}
 }
