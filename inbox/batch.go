@@ -366,10 +366,9 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 		return rows.Err()
 	}
 	if l := r.ib.generations(); l != nil {
-		cur, minLive := r.ib.claimArgsGen(l)
+		cur, minLive, maxLive := r.ib.claimArgsGen(l)
 		b.Queue(l.lock, handlers, keys)
-		b.Queue(l.claim, handlers, keys, srcs, ids, counts, traces, cur, minLive).Query(read)
-		b.Queue(l.reset)
+		b.Queue(l.claim, handlers, keys, srcs, ids, counts, traces, cur, minLive, maxLive).Query(read)
 	} else {
 		b.Queue(r.ib.sql.batchClaim, handlers, keys, srcs, ids, counts, traces).Query(read)
 		b.Queue(resetLockTimeout)

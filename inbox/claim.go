@@ -117,12 +117,11 @@ func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if l := ib.generations(); l != nil {
-		cur, minLive := ib.claimArgsGen(l)
+		cur, minLive, maxLive := ib.claimArgsGen(l)
 		hs, ks := []string{handler}, []string{key}
 		b.Queue(l.lock, hs, ks)
-		b.Queue(l.claim, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive).
+		b.Queue(l.claim, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive, maxLive).
 			Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-		b.Queue(l.reset)
 	} else {
 		b.Queue(ib.sql.boundedClaim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	}
@@ -237,15 +236,10 @@ func validateClaim(handler, key string) error {
 // claimTxGen is RunTx's claim in the generations layout: the key's lock, then the probe and the
 // insert, in the caller's transaction.
 func (ib *Inbox) claimTxGen(ctx context.Context, tx pgx.Tx, l *genLayout, handler, key string, d deliveryArgs) (pgconn.CommandTag, error) {
-	cur, minLive := ib.claimArgsGen(l)
+	cur, minLive, maxLive := ib.claimArgsGen(l)
 	hs, ks := []string{handler}, []string{key}
 	if _, err := tx.Exec(ctx, l.lockTx, hs, ks); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	tag, err := tx.Exec(ctx, l.claim, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive)
-	if err != nil {
-		return tag, err
-	}
-	_, err = tx.Exec(ctx, l.resetTx)
-	return tag, err
+	return tx.Exec(ctx, l.claimTx, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive, maxLive)
 }

@@ -57,9 +57,8 @@ type genLayout struct {
 	rows    string // what readers select from: processed_events, with the legacy rows if any
 	lock    string // takes the batch's advisory locks, after bounding the claim's waits
 	lockTx  string // RunTx's: the locks, with only the planner settings
-	claim   string // the probe and the insert, returning the keys inserted
-	reset   string // sets back what lock changed
-	resetTx string // sets back what lockTx changed
+	claim   string // the probe and the insert, returning the keys inserted; sets back what lock changed
+	claimTx string // RunTx's: claim, setting back what lockTx changed
 	unclaim string
 	stats   string
 	table   string // quoted processed_events
@@ -102,19 +101,36 @@ func newGenLayout(c Config, g time.Duration, legacy bool) *genLayout {
 			c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), settings, locks),
 		lockTx: "WITH s AS (SELECT " + settings + ") " + locks,
 		// NOT (SELECT EXISTS ...): a subplan per key probes each live generation's index, where
-		// an anti join could be planned as a hash join over them all. No upper bound on gen: a
-		// claim must see a row written in a generation newer than its own (another process's
-		// clock, or a switch during its wait).
-		claim: "INSERT INTO " + t + " (handler, event_id, gen, " + deliveryColumns + ") SELECT u.h, u.k, $7::int, u.s, u.m, u.r, u.t " +
-			"FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::int2[], $6::bytea[]) AS u(h, k, s, m, r, t) " +
-			"WHERE NOT (SELECT EXISTS (SELECT 1 FROM " + t + " p WHERE p.handler = u.h AND p.event_id = u.k AND p.gen >= $8::int))" + legacyProbe + " " +
-			`ORDER BY u.h COLLATE "C", u.k COLLATE "C" ON CONFLICT DO NOTHING RETURNING handler, event_id`,
-		reset: "SELECT set_config('lock_timeout', current_setting('sqsinbox.lock_timeout'), true), " +
-			"set_config('enable_seqscan', current_setting('sqsinbox.enable_seqscan'), true), set_config('jit', current_setting('sqsinbox.jit'), true)",
-		resetTx: "SELECT set_config('enable_seqscan', current_setting('sqsinbox.enable_seqscan'), true), set_config('jit', current_setting('sqsinbox.jit'), true)",
+		// an anti join could be planned as a hash join over them all. The probe reaches past the
+		// claim's own generation, to the one after that of now + clockMargin: a claim must see a
+		// row written in a newer generation (by a process whose clock is ahead, or after a switch
+		// during its wait, which lock_timeout bounds); the generations further ahead, made early
+		// and empty, are not probed.
+		//
+		// The claim sets back what lock changed, in a CTE that runs before its first row is
+		// inserted (it is planned before it runs, under lock's settings): the handler's own
+		// statements run as they would without the inbox. It waits for no lock (the key's
+		// advisory lock is held), so lock_timeout can go back first. A claim that inserts nothing
+		// may leave them set: no handler runs in that transaction.
+		claim: claimGen(t, legacyProbe, "set_config('lock_timeout', current_setting('sqsinbox.lock_timeout'), true), "+resetPlanner),
+		// RunTx's sets back the planner settings only: lockTx changes nothing else.
+		claimTx: claimGen(t, legacyProbe, resetPlanner),
 		unclaim: "DELETE FROM " + t + " WHERE (handler, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
 		stats:   "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + rows + " r GROUP BY handler ORDER BY handler",
 	}
+}
+
+// resetPlanner sets back the planner settings lock and lockTx change.
+const resetPlanner = "set_config('enable_seqscan', current_setting('sqsinbox.enable_seqscan'), true), set_config('jit', current_setting('sqsinbox.jit'), true)"
+
+// claimGen is the claim statement on table t: the settings' reset in a CTE, then the probe and
+// the insert.
+func claimGen(t, legacyProbe, reset string) string {
+	return "WITH z AS MATERIALIZED (SELECT " + reset + ") " +
+		"INSERT INTO " + t + " (handler, event_id, gen, " + deliveryColumns + ") SELECT u.h, u.k, $7::int, u.s, u.m, u.r, u.t " +
+		"FROM z, unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::int2[], $6::bytea[]) AS u(h, k, s, m, r, t) " +
+		"WHERE NOT (SELECT EXISTS (SELECT 1 FROM " + t + " p WHERE p.handler = u.h AND p.event_id = u.k AND p.gen BETWEEN $8::int AND $9::int))" + legacyProbe + " " +
+		`ORDER BY u.h COLLATE "C", u.k COLLATE "C" ON CONFLICT DO NOTHING RETURNING handler, event_id`
 }
 
 // generations returns the inbox's generations layout, or nil when it is in the table layout (or
@@ -201,11 +217,11 @@ func legacyView(schema string) string {
 // generations' lock.
 const legacyClosed = "sqsinbox_legacy_closed"
 
-// claimArgsGen are the claim's arguments after the six arrays: the generation it writes and the
-// oldest it probes.
-func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32) {
+// claimArgsGen are the claim's arguments after the six arrays: the generation it writes, and the
+// oldest and newest it probes.
+func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32, int32) {
 	now := ib.now()
-	return l.gen(now), l.minLive(now, ib.cfg.Retention)
+	return l.gen(now), l.minLive(now, ib.cfg.Retention), l.gen(now.Add(clockMargin)) + 1
 }
 
 // SwitchToGenerations moves the inbox in schema to the generations layout, of generation length

@@ -615,3 +615,38 @@ func TestSwitchMovesAnInbox(t *testing.T) {
 		t.Errorf("layout legacy = %v, %v; want false", stillLegacy, err)
 	}
 }
+
+// TestGenerationsHandlerSettings (PostgreSQL): the claim's settings (lock_timeout, and the planner
+// settings of the generations' probe) are set back before the handler's statements, in Run,
+// RunBatch and RunTx, as the table layout does.
+func TestGenerationsHandlerSettings(t *testing.T) {
+	t.Parallel()
+	g := genSetup(t, &inbox.Config{Retention: time.Hour, LockTimeout: 1234 * time.Millisecond})
+	ctx := t.Context()
+	var want string
+	if err := g.pool.QueryRow(ctx, "SELECT current_setting('lock_timeout') || ' ' || current_setting('enable_seqscan') || ' ' || current_setting('jit')").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string) inbox.Func {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			var got string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('lock_timeout') || ' ' || current_setting('enable_seqscan') || ' ' || current_setting('jit')").Scan(&got); err != nil {
+				return err
+			}
+			if got != want {
+				t.Errorf("%s: the handler runs with lock_timeout, enable_seqscan, jit = %s; want %s", name, got, want)
+			}
+			return nil
+		}
+	}
+	if out, err := g.ib.Run(ctx, "warehouse", "evt_run", check("Run")); out != inbox.Processed || err != nil {
+		t.Fatal(out, err)
+	}
+	res, _ := g.ib.RunBatch(ctx, []inbox.Item{{Handler: "warehouse", Key: "evt_b1", Fn: check("RunBatch")}, {Handler: "warehouse", Key: "evt_run", Fn: check("RunBatch")}}, nil)
+	if res[0].Outcome != inbox.Processed || res[1].Outcome != inbox.Duplicate {
+		t.Fatalf("RunBatch: %+v", res)
+	}
+	if out, err := g.ib.RunTx(ctx, mustBegin(t, g.bundle), "warehouse", "evt_tx", check("RunTx")); out != inbox.Processed || err != nil {
+		t.Fatal(out, err)
+	}
+}

@@ -11,7 +11,10 @@
 //
 // Each stage is run on its own:
 //
-//	go run ./internal/cmd/inboxlayout -stage correctness|claims|forget|empty|xmin [-rows 50000000] [-pg URL]
+//	go run ./internal/cmd/inboxlayout -stage correctness|claims|forget|empty|xmin|inbox [-rows 50000000] [-pg URL]
+//
+// The stage inbox measures the inbox package itself: its table layout against its generations
+// layout (inbox.SwitchToGenerations), on an empty inbox, interleaved.
 //
 // Without -pg it starts a throwaway PostgreSQL cluster (internal/pgtest) with pg_stat_statements,
 // wal_level=minimal (bulk loads skip the WAL) and -shared-buffers, and removes it at the end.
@@ -47,7 +50,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.stage, "stage", "", "correctness | claims | forget | empty | xmin")
+	flag.StringVar(&o.stage, "stage", "", "correctness | claims | forget | empty | xmin | inbox (the inbox package's two layouts)")
 	flag.StringVar(&o.pg, "pg", "", "PostgreSQL URL to use (default: a throwaway cluster of its own; only that one can be restarted for cold runs)")
 	flag.Int64Var(&o.rows, "rows", 50_000_000, "claims: rows preloaded in each loaded layout")
 	flag.IntVar(&o.rounds, "rounds", 0, "interleaved rounds (0: 5 for claims, 10 for empty)")
@@ -67,10 +70,11 @@ func main() {
 	defer stop()
 	stages := map[string]func(context.Context, *env, options) error{
 		"correctness": stageCorrectness, "claims": stageClaims, "forget": stageForget, "empty": stageEmpty, "xmin": stageXmin,
+		"inbox": stageInbox,
 	}
 	run, ok := stages[o.stage]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "inboxlayout: -stage must be one of correctness, claims, forget, empty, xmin")
+		fmt.Fprintln(os.Stderr, "inboxlayout: -stage must be one of correctness, claims, forget, empty, xmin, inbox")
 		os.Exit(2)
 	}
 	e, err := openEnv(ctx, o.pg, o.sharedBuffers)
