@@ -101,11 +101,12 @@ func newGenLayout(c Config, g time.Duration, legacy bool) *genLayout {
 			c.LockTimeout.Milliseconds(), c.IdleInTransactionTimeout.Milliseconds(), settings, locks),
 		lockTx: "WITH s AS (SELECT " + settings + ") " + locks,
 		// NOT (SELECT EXISTS ...): a subplan per key probes each live generation's index, where
-		// an anti join could be planned as a hash join over them all. The probe reaches past the
-		// claim's own generation, to the one after that of now + clockMargin: a claim must see a
-		// row written in a newer generation (by a process whose clock is ahead, or after a switch
-		// during its wait, which lock_timeout bounds); the generations further ahead, made early
-		// and empty, are not probed.
+		// an anti join could be planned as a hash join over them all. The probe reaches to the
+		// generation of now + clockMargin: a claim must see a row written in a newer generation
+		// than its own, by a process whose clock is ahead, or by one that took the key's lock
+		// between this claim's reading of the clock and its lock request (a holder inserts at
+		// once after its lock, so its row's generation is that of a time before this claim's
+		// wait began). The generations further ahead, made early and empty, are not probed.
 		//
 		// The claim sets back what lock changed, in a CTE that runs before its first row is
 		// inserted (it is planned before it runs, under lock's settings): the handler's own
@@ -221,7 +222,7 @@ const legacyClosed = "sqsinbox_legacy_closed"
 // oldest and newest it probes.
 func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32, int32) {
 	now := ib.now()
-	return l.gen(now), l.minLive(now, ib.cfg.Retention), l.gen(now.Add(clockMargin)) + 1
+	return l.gen(now), l.minLive(now, ib.cfg.Retention), l.gen(now.Add(clockMargin))
 }
 
 // SwitchToGenerations moves the inbox in schema to the generations layout, of generation length

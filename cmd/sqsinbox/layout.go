@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
@@ -64,12 +63,12 @@ func runInbox(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if kind == inbox.LayoutGenerations {
-		probes := int((ib.Retention()+5*time.Minute+g-1)/g) + 1
+		probes := int((ib.Retention()+g-1)/g) + 1
 		legacy := ""
 		if ib.LegacyRows() {
 			legacy = "; the rows from before the switch are in processed_messages_legacy until the purge has forgotten them"
 		}
-		fmt.Fprintf(e.stdout, "%s: generations of %s (a claim probes about %d of them, with retention %s)%s\n", db.schema, durationText(g), probes+2, durationText(ib.Retention()), legacy)
+		fmt.Fprintf(e.stdout, "%s: generations of %s (a claim probes %d of them, with retention %s)%s\n", db.schema, durationText(g), probes, durationText(ib.Retention()), legacy)
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "%s: table (processed_messages, forgotten by DELETE)\n", db.schema)
