@@ -359,7 +359,7 @@ func (ib *Inbox) rotate(ctx context.Context, l *genLayout, age time.Duration) (R
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lockKey)
 	}()
-	if r.Created, err = ib.ensure(ctx, l, &r); err != nil {
+	if r.Created, err = ib.ensure(ctx, l, &r, conn.Conn()); err != nil {
 		return r, err
 	}
 	parts, err := ib.listGenerations(ctx, conn.Conn())
@@ -460,16 +460,20 @@ WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname LIKE 'processed\_events\_
 // ensure makes (or attaches) the generations from the previous one to aheadGenerations past now
 // that are missing, under an advisory lock of its own that it waits for (making a generation is
 // quick): the rotation calls it, and so do Check and a claim that found its generation missing.
-// r, when not nil, counts the lock waits given up.
-func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation) ([]int32, error) {
+// r, when not nil, counts the lock waits given up; conn, when not nil, is the connection to use
+// (the rotation's: a pool of one connection must not deadlock).
+func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation, conn *pgx.Conn) ([]int32, error) {
 	if r == nil {
 		r = &Rotation{}
 	}
-	conn, err := ib.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: make generations: connect: %w", err)
+	if conn == nil {
+		pc, err := ib.pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: make generations: connect: %w", err)
+		}
+		defer pc.Release()
+		conn = pc.Conn()
 	}
-	defer conn.Release()
 	lockKey := "sqsinbox.generations." + ib.cfg.Schema
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", lockKey); err != nil {
 		return nil, fmt.Errorf("inbox: make generations: lock: %w", err)
@@ -477,7 +481,7 @@ func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation) ([]int32
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lockKey)
 	}()
-	parts, err := ib.listGenerations(ctx, conn.Conn())
+	parts, err := ib.listGenerations(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -495,7 +499,7 @@ func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation) ([]int32
 			stmts = append(stmts, "CREATE TABLE "+partition(ib.cfg.Schema, g)+" (LIKE "+l.table+" INCLUDING DEFAULTS)")
 		}
 		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES IN (%d)", l.table, partition(ib.cfg.Schema, g), g))
-		if err := ib.ddl(ctx, conn.Conn(), r, stmts...); err != nil {
+		if err := ib.ddl(ctx, conn, r, stmts...); err != nil {
 			return made, fmt.Errorf("inbox: make generation %d: %w", g, err)
 		}
 		made = append(made, g)
@@ -512,7 +516,7 @@ func (ib *Inbox) noGeneration(ctx context.Context, err error) bool {
 	if l == nil || !errors.As(err, &pgErr) || pgErr.Code != "23514" || !strings.Contains(pgErr.Message, "no partition") {
 		return false
 	}
-	_, eerr := ib.ensure(context.WithoutCancel(ctx), l, nil)
+	_, eerr := ib.ensure(context.WithoutCancel(ctx), l, nil, nil)
 	return eerr == nil
 }
 

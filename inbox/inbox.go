@@ -249,7 +249,7 @@ func (ib *Inbox) Check(ctx context.Context) error {
 	}
 	if l := ib.generations(); l != nil {
 		// The generations around now must exist before the first claim.
-		if _, err := ib.ensure(ctx, l, nil); err != nil {
+		if _, err := ib.ensure(ctx, l, nil, nil); err != nil {
 			return err
 		}
 	}
