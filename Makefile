@@ -35,7 +35,7 @@ SQSINBOX_TEST_SQS ?= goaws
 # needs what GoAws gets wrong (FIFO queues, for one) skips itself on the GoAws pass and says why.
 FAUXQS_PACKAGES := ./internal/sqstest/ ./worker/ ./worker/inboxhandler/ ./internal/reliability/ \
 	./cmd/sqsinbox/ ./internal/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/payments-api/ ./examples/warehouse/ \
-	./workerapp/ ./outbox/ ./worker/workerotel/
+	./workerapp/ ./outbox/ ./worker/workerotel/ ./s3payload/
 
 .PHONY: test
 test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you: GoAws, then fauxqs for the SQS packages), plus the localstack/ and terraform/ checks.
