@@ -140,10 +140,12 @@ func claimGen(t, legacyProbe, reset string) string {
 func (ib *Inbox) generations() *genLayout { return ib.lay.Load() }
 
 // readLayout is generations for the inbox's readers (Lookup, List, Stats, Purge), which may run
-// without Check: it reads the layout once first. A schema from before the layout (migration 0005)
-// is in the table layout.
+// without Check: it reads the layout first. A schema from before the layout (migration 0005) is
+// in the table layout.
 func (ib *Inbox) readLayout(ctx context.Context) *genLayout {
-	if !ib.layRead.Load() {
+	// While the legacy table is there it is read again each time (one row): another process's
+	// rotation may drop the table, and the view over both with it.
+	if l := ib.lay.Load(); !ib.layRead.Load() || (l != nil && l.legacy) {
 		if _, _, err := ib.Layout(ctx); err == nil {
 			ib.layRead.Store(true)
 		}
@@ -341,6 +343,16 @@ type Rotation struct {
 // that finds it held skips). A crash at any point leaves what the next rotation finishes: a
 // generation made and not attached is attached, one detached and not dropped is dropped.
 func (ib *Inbox) rotate(ctx context.Context, l *genLayout, age time.Duration) (Rotation, error) {
+	r, err := ib.rotateGenerations(ctx, l, age)
+	if err != nil || r.Skipped || !l.legacy {
+		return r, err
+	}
+	// After the rotation's connection is back in the pool: the purge takes one of its own.
+	return r, ib.forgetLegacy(ctx, &r, age)
+}
+
+// rotateGenerations is rotate without the legacy table.
+func (ib *Inbox) rotateGenerations(ctx context.Context, l *genLayout, age time.Duration) (Rotation, error) {
 	var r Rotation
 	conn, err := ib.pool.Acquire(ctx)
 	if err != nil {
@@ -383,18 +395,13 @@ func (ib *Inbox) rotate(ctx context.Context, l *genLayout, age time.Duration) (R
 		r.Rows += max(p.tuples, 0)
 	}
 	slices.Sort(r.Dropped)
-	if l.legacy {
-		if err := ib.forgetLegacy(ctx, conn.Conn(), &r, age); err != nil {
-			return r, err
-		}
-	}
 	return r, nil
 }
 
 // forgetLegacy deletes the rows of processed_messages_legacy past age, by the database's clock
 // as the table layout does, and drops the table once it is empty: claims stop probing it (each
 // process reads the layout again when its claim finds the table gone).
-func (ib *Inbox) forgetLegacy(ctx context.Context, conn *pgx.Conn, r *Rotation, age time.Duration) error {
+func (ib *Inbox) forgetLegacy(ctx context.Context, r *Rotation, age time.Duration) error {
 	res, err := pgpurge.Run(ctx, ib.pool, pgpurge.Target{
 		Schema:    ib.cfg.Schema,
 		Table:     "processed_messages_legacy",
@@ -404,9 +411,23 @@ func (ib *Inbox) forgetLegacy(ctx context.Context, conn *pgx.Conn, r *Rotation, 
 		LockKey:   "sqsinbox.purge." + ib.cfg.Schema + ".processed_messages_legacy",
 	})
 	r.LegacyDeleted, r.Rows = res.Deleted, r.Rows+res.Deleted
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		// Another process dropped it since this one read the layout.
+		_, _, err = ib.Layout(ctx)
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("inbox: rotate: purge processed_messages_legacy: %w", err)
 	}
+	if res.Skipped {
+		return nil // another process purges it now
+	}
+	conn, err := ib.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: rotate: connect: %w", err)
+	}
+	defer conn.Release()
 	var left bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+sqlident.Quote(ib.cfg.Schema, "processed_messages_legacy")+")").Scan(&left); err != nil {
 		return fmt.Errorf("inbox: rotate: %w", err)
@@ -414,8 +435,9 @@ func (ib *Inbox) forgetLegacy(ctx context.Context, conn *pgx.Conn, r *Rotation, 
 	if left {
 		return nil
 	}
-	if err := ib.ddl(ctx, conn, r, "DROP VIEW "+sqlident.Quote(ib.cfg.Schema, "inbox_rows"),
-		"DROP TABLE "+sqlident.Quote(ib.cfg.Schema, "processed_messages_legacy"),
+	// IF EXISTS: another process may have found it empty too.
+	if err := ib.ddl(ctx, conn.Conn(), r, "DROP VIEW IF EXISTS "+sqlident.Quote(ib.cfg.Schema, "inbox_rows"),
+		"DROP TABLE IF EXISTS "+sqlident.Quote(ib.cfg.Schema, "processed_messages_legacy"),
 		"UPDATE "+sqlident.Quote(ib.cfg.Schema, "inbox_layout")+" SET legacy = false"); err != nil {
 		return fmt.Errorf("inbox: rotate: drop processed_messages_legacy: %w", err)
 	}

@@ -605,6 +605,12 @@ func TestSwitchMovesAnInbox(t *testing.T) {
 	if err != nil || int(r.LegacyDeleted) != legacy || !r.LegacyDropped {
 		t.Fatalf("rotation = %+v, %v; want %d legacy rows deleted and the table dropped", r, err, legacy)
 	}
+	if _, err := inboxes[2].Lookup(ctx, "evt_199"); err != nil { // it read both tables through the view, now gone
+		t.Errorf("Lookup by a process that knew the legacy table, after its drop: %v", err)
+	}
+	if r, err := inbox.Rotate(inboxes[3], inbox.DefaultRetention); err != nil || r.LegacyDropped {
+		t.Errorf("a rotation by a process that knew the legacy table, after another dropped it = %+v, %v", r, err)
+	}
 	for _, ib := range inboxes { // each still probed the legacy table
 		if out, err := ib.Run(ctx, "warehouse", "evt_199", g.effect("warehouse", "evt_199")); err != nil || (out != inbox.Duplicate && events > 0) {
 			t.Errorf("a claim after the legacy table went = %v, %v", out, err)
