@@ -69,6 +69,43 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
+// TestEndToEndGenerations (the pass's SQS server): the same in an inbox switched to the
+// generations layout (inbox.SwitchToGenerations) with rows from before the switch: every event
+// sent twice is applied once, and the events applied before the switch are duplicates.
+func TestEndToEndGenerations(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := srv.Client()
+	ids, msgs := events(200)
+	for _, id := range ids[:50] { // applied in the table layout, before the switch
+		if _, err := b.ib.Run(t.Context(), "warehouse", id, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+b.schema+`.effects (event_id) VALUES ($1)`, id)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := inbox.SwitchToGenerations(t.Context(), b.pool, b.schema, 14*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "e2e-gen", MaxReceiveCount: 5})
+	if err := sqstest.Send(t.Context(), c, q.URL, append(msgs, msgs...)); err != nil {
+		t.Fatal(err)
+	}
+	met := &counters{}
+	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 8, WaitTime: time.Second,
+		Metrics: met, Handler: b.handler(t, nil)})
+	sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
+	workertest.Stop(t, w)
+	b.checkOnce(t, ids)
+	if p, d := met.processed.Load(), met.duplicates.Load(); p != 150 || d != 250 {
+		t.Errorf("processed %d, duplicates %d; want 150 and 250", p, d)
+	}
+	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.processed_events`); n != 150 {
+		t.Errorf("%d rows in processed_events; want 150", n)
+	}
+}
+
 // TestBadKeyGoesToDLQ (the pass's SQS server): a message without a key is retried and then dead-lettered,
 // never processed and never silently discarded.
 func TestBadKeyGoesToDLQ(t *testing.T) {
