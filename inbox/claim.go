@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/panics"
 	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
@@ -117,11 +116,9 @@ func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if l := ib.generations(); l != nil {
-		cur, minLive, maxLive := ib.claimArgsGen(l)
-		hs, ks := []string{handler}, []string{key}
-		b.Queue(l.lock, hs, ks)
-		b.Queue(l.claim, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive, maxLive).
-			Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+		args := ib.claimOneGen(l, handler, key, d)
+		b.Queue(l.lock, args[0], args[1])
+		b.Queue(l.claim, args...).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	} else {
 		b.Queue(ib.sql.boundedClaim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	}
@@ -236,10 +233,9 @@ func validateClaim(handler, key string) error {
 // claimTxGen is RunTx's claim in the generations layout: the key's lock, then the probe and the
 // insert, in the caller's transaction.
 func (ib *Inbox) claimTxGen(ctx context.Context, tx pgx.Tx, l *genLayout, handler, key string, d deliveryArgs) (pgconn.CommandTag, error) {
-	cur, minLive, maxLive := ib.claimArgsGen(l)
-	hs, ks := []string{handler}, []string{key}
-	if _, err := tx.Exec(ctx, l.lockTx, hs, ks); err != nil {
+	args := ib.claimOneGen(l, handler, key, d)
+	if _, err := tx.Exec(ctx, l.lockTx, args[0], args[1]); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return tx.Exec(ctx, l.claimTx, hs, ks, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID}, cur, minLive, maxLive)
+	return tx.Exec(ctx, l.claimTx, args...)
 }

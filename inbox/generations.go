@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
@@ -220,6 +221,13 @@ func legacyView(schema string) string {
 // generations' lock.
 const legacyClosed = "sqsinbox_legacy_closed"
 
+// claimOneGen is the claim statement's arguments for one key.
+func (ib *Inbox) claimOneGen(l *genLayout, handler, key string, d deliveryArgs) []any {
+	cur, minLive, maxLive := ib.claimArgsGen(l)
+	return []any{[]string{handler}, []string{key}, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount},
+		[][]byte{d.traceID}, cur, minLive, maxLive}
+}
+
 // claimArgsGen are the claim's arguments after the six arrays: the generation it writes, and the
 // oldest and newest it probes.
 func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32, int32) {
@@ -359,18 +367,15 @@ func (ib *Inbox) rotateGenerations(ctx context.Context, l *genLayout, age time.D
 		return r, fmt.Errorf("inbox: rotate: connect: %w", err)
 	}
 	defer conn.Release()
-	lockKey := "sqsinbox.purge." + ib.cfg.Schema + ".processed_events"
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", lockKey).Scan(&got); err != nil {
+	unlock, got, err := pgpurge.TryLock(ctx, conn.Conn(), "sqsinbox.purge."+ib.cfg.Schema+".processed_events")
+	if err != nil {
 		return r, fmt.Errorf("inbox: rotate: lock: %w", err)
 	}
 	if !got {
 		r.Skipped = true
 		return r, nil
 	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lockKey)
-	}()
+	defer unlock()
 	if r.Created, err = ib.ensure(ctx, l, &r, conn.Conn()); err != nil {
 		return r, err
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/sqsinbox/sqsinbox/s3payload"
 )
 
 // S3Client returns an S3 client for the server's S3 ([S3]; fauxqs serves it on its one
@@ -24,12 +26,7 @@ func (s *Server) S3Client(ctx context.Context, optFns ...func(*s3.Options)) (*s3
 	if os.Getenv("AWS_ENDPOINT_URL_S3") == "" && os.Getenv("AWS_ENDPOINT_URL") == "" && !isAWSEndpoint(s.Endpoint) {
 		opts = append(opts, func(o *s3.Options) { o.BaseEndpoint = aws.String(s.Endpoint) })
 	}
-	opts = append(opts, func(o *s3.Options) {
-		if o.BaseEndpoint != nil {
-			o.UsePathStyle = true
-		}
-	})
-	return s3.NewFromConfig(cfg, append(opts, optFns...)...), nil
+	return s3payload.NewClient(cfg, append(opts, optFns...)...), nil
 }
 
 // CreateBucket makes a bucket of a unique name starting with prefix (lowercase letters, digits

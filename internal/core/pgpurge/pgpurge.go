@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
@@ -86,17 +87,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 		return res, fmt.Errorf("purge: connect: %w", err)
 	}
 	defer conn.Release()
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", t.LockKey).Scan(&got); err != nil {
+	unlock, got, err := TryLock(ctx, conn.Conn(), t.LockKey)
+	if err != nil {
 		return res, fmt.Errorf("purge: lock: %w", err)
 	}
 	if !got {
 		res.Skipped = true
 		return res, nil
 	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", t.LockKey)
-	}()
+	defer unlock()
 	// Both horizons are read once, so every batch deletes by the same ones.
 	var floor time.Time
 	var floorAge float64
@@ -165,4 +164,16 @@ func Loop(ctx context.Context, interval time.Duration, log *slog.Logger, prefix,
 		}
 		t.Reset(interval)
 	}
+}
+
+// TryLock takes the session advisory lock named key on conn, if no other session holds it, and
+// returns the function that releases it (also when ctx has ended). got is false when another
+// session holds it.
+func TryLock(ctx context.Context, conn *pgx.Conn, key string) (unlock func(), got bool, err error) {
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&got); err != nil || !got {
+		return func() {}, false, err
+	}
+	return func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
+	}, true, nil
 }
