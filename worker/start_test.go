@@ -149,11 +149,14 @@ func TestPauseAndLeaseLossLoggedOncePerEpisode(t *testing.T) {
 			b.send(t, bodies(10, "m"))
 			var log sqstest.Buffer
 			var calls atomic.Int32
-			// One at a time, so that no success from before the outage ends the pause early.
+			// One at a time, so that no success from before the outage ends the pause early. Four
+			// failures: each keeps its message away for three times the pause it began (pauses
+			// double from 0.5 s), so the last comes back within 0.5+1+2+3×4+1 = 16.5 s; six took up
+			// to 65 s, past the wait below.
 			w, err := worker.New(s.client, &worker.Config{QueueURL: b.url, Backoff: noBackoff, Concurrency: 1,
 				Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
 				Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error {
-					if calls.Add(1) <= 6 {
+					if calls.Add(1) <= 4 {
 						return worker.Unavailable(errors.New("database down"))
 					}
 					return nil
@@ -169,7 +172,7 @@ func TestPauseAndLeaseLossLoggedOncePerEpisode(t *testing.T) {
 				t.Fatal(err)
 			}
 			if n := countLines(&log, "level=WARN", "pausing receives"); n != 1 {
-				t.Errorf("%d pause warnings over 6 failures, want 1:\n%s", n, log.String())
+				t.Errorf("%d pause warnings over 4 failures, want 1:\n%s", n, log.String())
 			}
 			if n := countLines(&log, "level=INFO", "receives resumed"); n != 1 {
 				t.Errorf("%d resume lines, want 1:\n%s", n, log.String())
