@@ -35,10 +35,10 @@ func BenchmarkRelayFIFO(b *testing.B) {
 				side(b, bn, q.URL, n, sw)
 				return benchSide{rate: float64(n) / sw.took.Seconds()}
 			}
-			raw := fifoQueue(b, bn, n, rawGroupsSide(groups))
-			relay := fifoQueue(b, bn, n, relayGroupsSide(groups))
+			raw := fifoQueue(b, bn, n, rawGroupsSide(groups, srv.Client(), benchSenders))
+			relay := fifoQueue(b, bn, n, relayGroupsSide(groups, srv.Client(), 0))
 			ratio := relay.rate / raw.rate
-			fmt.Printf("FIFO, %d groups: relay %.0f msgs/s, raw SendMessageBatch %.0f msgs/s, %d senders each: ratio %.2f\n",
+			fmt.Printf("FIFO, %d groups: relay %.0f msgs/s (its default senders), raw SendMessageBatch %.0f msgs/s (%d senders): ratio %.2f\n",
 				groups, relay.rate, raw.rate, benchSenders, ratio)
 			b.ReportMetric(ratio, fmt.Sprintf("ratio-%dgroups", groups))
 		}
@@ -54,9 +54,10 @@ func fifoGroup(j, groups int) string {
 }
 
 // relayGroupsSide commits n rows spread over groups groups (0: no group, a standard queue), then
-// times a relay from Start until all are marked sent. The table is emptied afterwards, so that
-// every round starts alike.
-func relayGroupsSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch) {
+// times a relay publishing through client with senders senders (0: its default, sized) from
+// Start until all are marked sent. The table is emptied afterwards, so that every round starts
+// alike.
+func relayGroupsSide(groups int, client outbox.SQSClient, senders int) func(*testing.B, *bundle, string, int, *stopwatch) {
 	return func(b *testing.B, bn *bundle, url string, n int, sw *stopwatch) {
 		msgs := make([]outbox.Message, 0, 100)
 		for j := range n {
@@ -66,7 +67,7 @@ func relayGroupsSide(groups int) func(*testing.B, *bundle, string, int, *stopwat
 				msgs = msgs[:0]
 			}
 		}
-		rl, err := outbox.NewRelay(bn.pool, &outbox.RelayConfig{Schema: bn.schema, SQS: srv.Client(), Senders: benchSenders})
+		rl, err := outbox.NewRelay(bn.pool, &outbox.RelayConfig{Schema: bn.schema, SQS: client, Senders: senders})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -79,6 +80,7 @@ func relayGroupsSide(groups int) func(*testing.B, *bundle, string, int, *stopwat
 			time.Sleep(time.Millisecond) // measuring, not synchronising: the count is checked below
 		}
 		sw.stop()
+		sw.senders = rl.Stats().Senders
 		if err := rl.Stop(context.WithoutCancel(b.Context())); err != nil {
 			b.Fatal(err)
 		}
@@ -91,16 +93,15 @@ func relayGroupsSide(groups int) func(*testing.B, *bundle, string, int, *stopwat
 	}
 }
 
-// rawGroupsSide sends n messages spread over groups groups (0: none) with benchSenders goroutines
-// of SendMessageBatch calls of ten consecutive messages, each entry with an event_id attribute as
-// the relay's (no order kept between senders), and times them.
-func rawGroupsSide(groups int) func(*testing.B, *bundle, string, int, *stopwatch) {
+// rawGroupsSide sends n messages spread over groups groups (0: none) through c with senders
+// goroutines of SendMessageBatch calls of ten consecutive messages, each entry with an event_id
+// attribute as the relay's (no order kept between senders), and times them.
+func rawGroupsSide(groups int, c *sqs.Client, senders int) func(*testing.B, *bundle, string, int, *stopwatch) {
 	return func(b *testing.B, _ *bundle, url string, n int, sw *stopwatch) {
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		c := srv.Client()
 		sw.start()
-		for range benchSenders {
+		for range senders {
 			wg.Go(func() {
 				for {
 					start := int(next.Add(10) - 10)

@@ -1,7 +1,9 @@
 package outbox_test
 
 import (
+	"cmp"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -9,58 +11,152 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqsinbox/sqsinbox/internal/latency"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
 const benchSenders = 4
 
-// BenchmarkRelay measures, in the same run, the relay's publish rate (rows committed before
+// BenchmarkRelay measures, in the same run, the relay at its defaults (rows committed before
 // Start, until all are marked sent) against a raw loop of SendMessageBatch calls of ten on the
-// same server with the same number of senders. It runs benchRounds rounds, alternating which
-// side goes first (the first to run warms the server for the other), prints each round's ratio
-// and the CPU time per message of the test process, the SQS server and PostgreSQL where /proc
-// tells them, and reports the median ratio and the range.
+// same server at its best parallelism of 4, 16 and 64 senders, with SQS behind a proxy that
+// adds each round-trip time of SQSINBOX_BENCH_SQS_RTT (milliseconds, comma-separated; default
+// 0,20; 0 goes direct). Each of SQSINBOX_BENCH_ROUNDS rounds (default 4) runs every cell,
+// alternating which side goes first (the first to run warms the server for the other). It
+// prints each run's rates, the relay's senders at the end and the CPU time per message of the
+// test process, the SQS server and PostgreSQL where /proc tells them, and per cell the median
+// and range of relay / raw and of the relay's rate against its own with no added latency.
 func BenchmarkRelay(b *testing.B) {
 	srv.Need(b, sqstest.SendBatchResults)
-	const n, benchRounds = 3000, 4
+	n := envInt(b, "SQSINBOX_BENCH_N", 5000)
+	rounds := envInt(b, "SQSINBOX_BENCH_ROUNDS", 4)
+	rtts := envMillis(b, "SQSINBOX_BENCH_SQS_RTT", "0,20")
 	bn := setup(b, nil)
-	var ratios []float64
+	proxy, proxied := proxiedClient(b)
+	ratios := make([][]float64, len(rtts))  // relay / best raw, per cell
+	ownRate := make([][]float64, len(rtts)) // relay / relay with no added latency in the same round
 	for i := 0; i < b.N; i++ {
-		for round := range benchRounds {
-			var raw, relay benchSide
-			if round%2 == 0 {
-				raw, relay = measure(b, bn, n, rawSide), measure(b, bn, n, relaySide)
-			} else {
-				relay, raw = measure(b, bn, n, relaySide), measure(b, bn, n, rawSide)
-			}
-			ratio := relay.rate / raw.rate
-			ratios = append(ratios, ratio)
-			first := "raw"
-			if round%2 == 1 {
-				first = "relay"
-			}
-			fmt.Printf("round %d (%s first): relay %.0f msgs/s, raw SendMessageBatch %.0f msgs/s, %d senders each: ratio %.2f\n",
-				round+1, first, relay.rate, raw.rate, benchSenders, ratio)
-			if relay.cpu.ok && raw.cpu.ok {
-				fmt.Printf("  CPU µs per message, relay / raw: test process %.0f / %.0f, SQS server %.0f / %.0f, PostgreSQL %.0f / %.0f\n",
-					relay.cpu.self, raw.cpu.self, relay.cpu.server, raw.cpu.server, relay.cpu.postgres, raw.cpu.postgres)
+		for round := range rounds {
+			var base float64
+			for k, rtt := range rtts {
+				proxy.SetRTT(rtt, 0)
+				client := srv.Client()
+				if rtt > 0 {
+					client = proxied
+				}
+				relayRun := func() benchSide { return measure(b, bn, n, relayGroupsSide(0, client, 0)) }
+				rawRun := func() (benchSide, int) {
+					var best benchSide
+					bestN := 0
+					for _, senders := range []int{4, 16, 64} {
+						if s := measure(b, bn, n, rawGroupsSide(0, client, senders)); s.rate > best.rate {
+							best, bestN = s, senders
+						}
+					}
+					return best, bestN
+				}
+				var relay, raw benchSide
+				var rawN int
+				first := "raw"
+				if round%2 == 0 {
+					raw, rawN = rawRun()
+					relay = relayRun()
+				} else {
+					first = "relay"
+					relay = relayRun()
+					raw, rawN = rawRun()
+				}
+				if rtt == 0 || k == 0 {
+					base = relay.rate
+				}
+				ratio := relay.rate / raw.rate
+				ratios[k] = append(ratios[k], ratio)
+				ownRate[k] = append(ownRate[k], relay.rate/base)
+				fmt.Printf("round %d, SQS RTT %v (%s first): relay %.0f msgs/s (%d senders at the end), raw SendMessageBatch %.0f msgs/s (best N=%d): ratio %.2f; relay / its rate at %v: %.2f\n",
+					round+1, rtt, first, relay.rate, relay.senders, raw.rate, rawN, ratio, rtts[0], relay.rate/base)
+				if relay.cpu.ok && raw.cpu.ok {
+					fmt.Printf("  CPU µs per message, relay / raw: test process %.0f / %.0f, SQS server %.0f / %.0f, PostgreSQL %.0f / %.0f\n",
+						relay.cpu.self, raw.cpu.self, relay.cpu.server, raw.cpu.server, relay.cpu.postgres, raw.cpu.postgres)
+				}
 			}
 		}
 	}
-	slices.Sort(ratios)
-	b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
-	b.ReportMetric(ratios[0], "min-ratio")
-	b.ReportMetric(ratios[len(ratios)-1], "max-ratio")
-	fmt.Printf("ratio over %d rounds: median %.2f, range %.2f to %.2f\n", len(ratios), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+	for k, rtt := range rtts {
+		med, lo, hi := spread(ratios[k])
+		fmt.Printf("SQS RTT %v, %d rounds: relay / raw median %.2f (range %.2f to %.2f)", rtt, len(ratios[k]), med, lo, hi)
+		name := fmt.Sprintf("rtt%dms", rtt.Milliseconds())
+		b.ReportMetric(med, "median-ratio-"+name)
+		if k > 0 {
+			m2, lo2, hi2 := spread(ownRate[k])
+			fmt.Printf("; relay / its rate at %v median %.2f (range %.2f to %.2f)", rtts[0], m2, lo2, hi2)
+			b.ReportMetric(m2, "median-own-"+name)
+		}
+		fmt.Println()
+	}
 }
 
-// benchSide is what measure found: the rate, and the CPU time per message.
+// spread returns the median, the least and the greatest of v.
+func spread(v []float64) (med, lo, hi float64) {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2], s[0], s[len(s)-1]
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func envMillis(b *testing.B, name, def string) []time.Duration {
+	v := cmp.Or(os.Getenv(name), def)
+	var out []time.Duration
+	for _, f := range strings.Split(v, ",") {
+		ms, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || ms < 0 {
+			b.Fatalf("%s=%q: want milliseconds, comma-separated", name, v)
+		}
+		out = append(out, time.Duration(ms*float64(time.Millisecond)))
+	}
+	return out
+}
+
+// proxiedClient starts a delaying proxy (internal/latency) in front of the SQS server and returns
+// it with a client that goes through it.
+func proxiedClient(b testing.TB) (*latency.Proxy, *sqs.Client) {
+	u, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := latency.Start(u.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	c, err := srv.NewClient(b.Context(), func(o *sqs.Options) { o.BaseEndpoint = aws.String("http://" + p.Addr()) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p, c
+}
+
+// benchSide is what measure found: the rate, the CPU time per message, and the relay's senders
+// at the end.
 type benchSide struct {
-	rate float64
-	cpu  cpuPerMessage
+	rate    float64
+	cpu     cpuPerMessage
+	senders int
 }
 
 // measure runs side on a fresh queue for n messages, returning its rate and CPU cost.
@@ -68,7 +164,7 @@ func measure(b *testing.B, bn *bundle, n int, side func(*testing.B, *bundle, str
 	q := srv.CreateQueue(b, sqstest.QueueOptions{Prefix: "bench"})
 	sw := &stopwatch{b: b, bn: bn}
 	side(b, bn, q.URL, n, sw)
-	s := benchSide{rate: float64(n) / sw.took.Seconds()}
+	s := benchSide{rate: float64(n) / sw.took.Seconds(), senders: sw.senders}
 	if sw.ok {
 		per := func(t0, t1 int64) float64 { return float64(t1-t0) * 1e6 / float64(clockTicks) / float64(n) }
 		s.cpu = cpuPerMessage{ok: true, self: per(sw.cpu0.self, sw.cpu1.self), server: per(sw.cpu0.server, sw.cpu1.server),
@@ -85,6 +181,7 @@ type stopwatch struct {
 	took       time.Duration
 	cpu0, cpu1 cpuTicks
 	ok         bool
+	senders    int // the relay's, at the end
 }
 
 func (sw *stopwatch) start() {
@@ -98,10 +195,6 @@ func (sw *stopwatch) stop() {
 	sw.cpu1, ok = readCPU(sw.b, sw.bn)
 	sw.ok = sw.ok && ok
 }
-
-// relaySide and rawSide are the two sides on a standard queue (see relayGroupsSide and
-// rawGroupsSide in bench_fifo_test.go).
-var relaySide, rawSide = relayGroupsSide(0), rawGroupsSide(0)
 
 // cpuPerMessage is CPU time in microseconds per message, where ok.
 type cpuPerMessage struct {

@@ -74,6 +74,7 @@ func (rl *Relay) feeder() {
 		inflight int  // jobs queued or being published, whose report has not come back
 		hungry   bool // claim again as soon as the queue is short: the last claim found rows, or a wake came since
 		closed   bool
+		cur      cursor
 	)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
@@ -83,20 +84,22 @@ func (rl *Relay) feeder() {
 			close(rl.jobs)
 			closed = true
 		}
-		claim := !stopping && hungry && len(rl.jobs) < 2*rl.cfg.Senders
+		claim := !stopping && hungry && len(rl.jobs) < 2*int(rl.senders.active.Load())
 		// Without a claim to ride on, marks are written at once unless a claim is coming soon.
 		flush := m.len() > 0 && (!hungry || stopping || m.len() >= rl.cfg.ClaimSize || inflight == 0)
 		if claim || flush {
-			jobs, bad, err := rl.round(&m, claim)
+			after := cur.after(rl.cfg.PollInterval)
+			jobs, bad, got, err := rl.round(&m, claim, after)
 			if err != nil && rl.workCtx.Err() == nil {
 				rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: relay round failed", "schema", rl.cfg.Schema, "error", err)
 			}
 			m = marks{}
 			m.add(bad)
 			if claim {
-				hungry = err == nil && len(jobs) > 0
+				cur.claimed(after, got, err == nil && got.rows == rl.cfg.ClaimSize)
+				hungry = err == nil && (len(jobs) > 0 || after > 0)
 				for _, j := range jobs {
-					rl.jobs <- j // never blocks: the queue holds 2*Senders+ClaimSize jobs, and is short before a claim
+					rl.jobs <- j // never blocks: the queue holds 2*MaxSenders+ClaimSize jobs, and is short before a claim
 				}
 				inflight += len(jobs)
 				if !hungry {
@@ -131,11 +134,25 @@ func (rl *Relay) feeder() {
 	}
 }
 
-// publisher publishes the queued jobs until the queue is closed and empty, and reports each
-// one's report. A job taken while the relay stops, or past its deadline, is released untried.
-func (rl *Relay) publisher() {
+// publisher i publishes the queued jobs, while i is under the senders' count, until the queue
+// is closed and empty, and reports each one's report. A job taken while the relay stops, or past
+// its deadline, is released untried. A publisher over the count waits for it to grow; once the
+// relay stops, it leaves the queue to the others.
+func (rl *Relay) publisher(i int) {
 	defer rl.wg.Done()
-	for j := range rl.jobs {
+	for {
+		if ok, grown := rl.senders.may(i); !ok {
+			select {
+			case <-grown:
+				continue
+			case <-rl.stopCtx.Done():
+				return // the first senders.min, never over the count, empty the queue
+			}
+		}
+		j, open := <-rl.jobs
+		if !open {
+			return
+		}
 		rl.results <- rl.publishJob(j)
 	}
 }
@@ -155,7 +172,9 @@ func (rl *Relay) publishJob(j *job) jobReport {
 	pctx, cancel := context.WithDeadline(ctx, minTime(j.deadline, time.Now().Add(rl.cfg.PublishTimeout)))
 	ready, errs := rl.offload(pctx, j.rows)
 	if len(ready) > 0 {
+		began := time.Now()
 		perr := rl.publish(pctx, ready)
+		rl.senders.took(time.Since(began), len(ready))
 		k := 0
 		for i := range j.rows {
 			if errs[i] == nil {
@@ -187,27 +206,76 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+// cursor lets a claim start past the rows of the claim before it. A claim reads the unsent rows
+// in id order from the front of their index, and the rows claimed before it (queued or being
+// published, a few hundred when the senders are many) are at that front: read again and passed
+// over at every claim, they cost more than the claim itself. After a full claim of rows of a
+// standard destination, the next claim starts past the highest id it took. The rows it passes
+// over that are claimable (released, backed off, committed after higher ids were, or of another
+// destination than the claim's) are taken by the next claim from the front, which comes when a
+// claim from the cursor is not full, and at least every fourth claim and every PollInterval, so
+// that the oldest row waits for a few claims at most. A FIFO row is never passed over: after a
+// claim with FIFO rows the next claim starts from the front, since their groups' next rows lie
+// among the ids taken.
+type cursor struct {
+	id        int64     // start the next claim past this id; 0: from the front
+	fromFront time.Time // when the last claim from the front was made
+	since     int       // claims from the cursor since then
+}
+
+// frontEvery is the most claims in a row from the cursor before one from the front.
+const frontEvery = 4
+
+// after is the id the next claim starts past (0: the front).
+func (c *cursor) after(every time.Duration) int64 {
+	if c.id == 0 || c.since >= frontEvery-1 || time.Since(c.fromFront) >= every {
+		return 0
+	}
+	return c.id
+}
+
+// claimed records a claim made past after (0: from the front) that found got; full says it took
+// all the rows it asked for.
+func (c *cursor) claimed(after int64, got claimed, full bool) {
+	c.since++
+	if after == 0 {
+		c.fromFront, c.since = time.Now(), 0
+	}
+	c.id = 0
+	if full && !got.fifo {
+		c.id = got.maxID
+	}
+}
+
+// claimed is what a claim took: the number of rows, the highest id, and whether any was FIFO.
+type claimed struct {
+	rows  int
+	maxID int64
+	fifo  bool
+}
+
 // round writes m and, if claim, claims rows, in one round trip (one implicit transaction), and
 // returns the claimed rows as jobs, and as an jobReport to mark those that cannot be published. If the round fails with marks in it, the marks are written
 // again alone: a failed claim must not lose them. The marks outlive a hard stop (a row published
 // and left unmarked is published again); each round is bounded by PublishTimeout.
-func (rl *Relay) round(m *marks, claim bool) ([]*job, jobReport, error) {
+func (rl *Relay) round(m *marks, claim bool, after int64) ([]*job, jobReport, claimed, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.workCtx), rl.cfg.PublishTimeout)
 	defer cancel()
-	jobs, bad, err := rl.roundTrip(ctx, m, claim)
+	jobs, bad, got, err := rl.roundTrip(ctx, m, claim, after)
 	if err != nil && claim && m.len() > 0 {
-		if _, _, err2 := rl.roundTrip(ctx, m, false); err2 != nil {
-			return nil, bad, errors.Join(err, err2)
+		if _, _, _, err2 := rl.roundTrip(ctx, m, false, 0); err2 != nil {
+			return nil, bad, got, errors.Join(err, err2)
 		}
 	}
-	return jobs, bad, err
+	return jobs, bad, got, err
 }
 
-func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, jobReport, error) {
+func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool, after int64) ([]*job, jobReport, claimed, error) {
 	var (
 		published, parked int64
-		claimed           []*row
+		took              []*row
 		raw               [][]byte
+		got               claimed
 	)
 	// Each statement carries its own reader (pgx runs them in order at Close and stops at the
 	// first error), and names itself in that error.
@@ -242,7 +310,7 @@ func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, j
 	token := newToken()
 	deadline := time.Now().Add(rl.cfg.Lease / 2)
 	if claim {
-		b.Queue(rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token).Query(func(rs pgx.Rows) error {
+		b.Queue(rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token, after).Query(func(rs pgx.Rows) error {
 			for rs.Next() {
 				r := &row{}
 				var kind string
@@ -251,20 +319,21 @@ func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, j
 					return wrap("claim", err)
 				}
 				r.kind = Kind(kind)
-				claimed, raw = append(claimed, r), append(raw, attrs)
+				took, raw = append(took, r), append(raw, attrs)
+				got.rows, got.maxID, got.fifo = got.rows+1, max(got.maxID, r.id), got.fifo || r.fifo
 			}
 			return wrap("claim", rs.Err())
 		})
 	}
 	if err := rl.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, jobReport{token: token}, err // the transaction rolled back: nothing of it happened
+		return nil, jobReport{token: token}, claimed{}, err // the transaction rolled back: nothing of it happened
 	}
 	bad := jobReport{token: token}
 	rl.counted(m, published, parked)
 	// A row whose attributes do not decode can never be published: it fails, and is parked in
 	// the end, instead of being claimed again at every lease.
-	rows := claimed[:0]
-	for i, r := range claimed {
+	rows := took[:0]
+	for i, r := range took {
 		if err := r.decode(raw[i]); err != nil {
 			bad.failed, bad.failedErrs = append(bad.failed, r.id), append(bad.failedErrs, err.Error())
 			continue
@@ -285,7 +354,7 @@ func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool) ([]*job, j
 	for _, b := range batches(rows, rl.cfg.MaxBatchBytes) {
 		jobs = append(jobs, &job{rows: b, token: token, deadline: deadline})
 	}
-	return jobs, bad, nil
+	return jobs, bad, got, nil
 }
 
 // counted adds a committed round's marks to the relay's counters, and reports lost leases and

@@ -25,8 +25,11 @@ import (
 
 // Defaults for RelayConfig.
 const (
-	// DefaultSenders is the number of batches the relay publishes at once.
+	// DefaultSenders is the number of batches the relay publishes at once when it starts, and
+	// the fewest it runs when it sizes them itself (RelayConfig.Senders 0).
 	DefaultSenders = 4
+	// MaxSenders is the most batches the relay publishes at once when it sizes them itself.
+	MaxSenders = 64
 	// DefaultPollInterval is how often an idle relay looks for rows when no NOTIFY woke it.
 	DefaultPollInterval = time.Second
 	// DefaultPublishTimeout bounds one SendMessageBatch or PublishBatch call, the SDK's retries
@@ -62,7 +65,13 @@ type RelayConfig struct {
 	SNS SNSClient
 
 	// Senders is the number of batches published at once, each by its own goroutine. 0 means
-	// DefaultSenders; negative is an error.
+	// the relay sizes it, from DefaultSenders (4) up to MaxSenders (64), to hide the publish
+	// call's round trip: by Little's law, R messages a second through a call that takes L
+	// seconds need R × L messages in flight, so a relay 20 ms from SQS needs several times the
+	// senders of one on the loopback. It measures the fastest call and the rate every 100 ms
+	// while batches wait for a sender, and runs twice the senders they call for (the rate
+	// grows with them until something else limits it); with no batches waiting it falls back
+	// by one a look. A positive count is fixed; negative is an error.
 	Senders int
 
 	// ClaimSize is the number of rows the relay claims in one statement, to be published in
@@ -154,6 +163,7 @@ type Relay struct {
 	results   chan jobReport
 	wg        sync.WaitGroup
 	listening atomic.Bool
+	senders   senders
 
 	published, failures, parked, lost atomic.Int64
 }
@@ -171,7 +181,6 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	}
 	c := *cfg
 	c.Schema = cmp.Or(c.Schema, DefaultSchema)
-	c.Senders = cmp.Or(c.Senders, DefaultSenders)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.ClaimSize = cmp.Or(c.ClaimSize, DefaultClaimSize)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
@@ -201,7 +210,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	// taken only when no earlier row of its group is unsent: the group's head, one per claim,
 	// and not while the head is in flight, backing off or parked.
 	ready := `o.sent_at IS NULL AND o.parked_at IS NULL AND o.available_at <= now()
-		AND (o.claimed_until IS NULL OR o.claimed_until < now()) AND o.kind = ANY($1)
+		AND (o.claimed_until IS NULL OR o.claimed_until < now()) AND o.kind = ANY($1) AND o.id > $5
 		AND (NOT o.fifo OR NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.destination = o.destination
 			AND p.group_id = o.group_id AND p.fifo AND p.sent_at IS NULL AND p.id < o.id))`
 	rl.sql.claim = `WITH head AS (SELECT o.destination FROM ` + t + ` o WHERE ` + ready + ` ORDER BY o.id LIMIT 1),
@@ -259,13 +268,15 @@ func (rl *Relay) Start(ctx context.Context) error {
 	rl.life.EndStart(ctx, true)
 	rl.stopCtx, rl.workCtx = rl.life.StopContext(), rl.life.WorkContext()
 	rl.wake = make(chan struct{}, 1)
-	rl.jobs = make(chan *job, 2*rl.cfg.Senders+rl.cfg.ClaimSize)
-	rl.results = make(chan jobReport, rl.cfg.Senders)
-	rl.wg.Add(2 + rl.cfg.Senders)
+	rl.senders.init(rl.cfg.Senders)
+	rl.jobs = make(chan *job, 2*rl.senders.max+rl.cfg.ClaimSize)
+	rl.results = make(chan jobReport, rl.senders.max)
+	rl.wg.Add(3 + rl.senders.max)
 	go rl.listener(conn)
 	go rl.feeder()
-	for range rl.cfg.Senders {
-		go rl.publisher()
+	go rl.sizeSenders()
+	for i := range rl.senders.max {
+		go rl.publisher(i)
 	}
 	go func() { rl.wg.Wait(); rl.life.Finished() }()
 	return nil
@@ -317,11 +328,14 @@ type RelayStats struct {
 	// LostLeases is the number of published messages whose lease had passed to another relay
 	// before they were marked: such a message may be published twice, with the same event id.
 	LostLeases int64
+	// Senders is the number of batches the relay may publish at once now (RelayConfig.Senders).
+	Senders int
 }
 
 // Stats returns the relay's counters.
 func (rl *Relay) Stats() RelayStats {
-	return RelayStats{Published: rl.published.Load(), Failures: rl.failures.Load(), Parked: rl.parked.Load(), LostLeases: rl.lost.Load()}
+	return RelayStats{Published: rl.published.Load(), Failures: rl.failures.Load(), Parked: rl.parked.Load(), LostLeases: rl.lost.Load(),
+		Senders: int(rl.senders.active.Load())}
 }
 
 // listen opens the relay's own connection (not one of the pool's: it stays in LISTEN for good).
@@ -370,9 +384,7 @@ func (rl *Relay) listener(conn *pgx.Conn) {
 				conn = c
 			}
 		}
-		for range rl.cfg.Senders { // notifications may have been missed meanwhile
-			rl.wakeOne()
-		}
+		rl.wakeOne() // notifications may have been missed meanwhile
 	}
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE {{schema}}.outbox_messages RESET (fillfactor);
