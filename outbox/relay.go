@@ -68,7 +68,7 @@ type RelayConfig struct {
 	// the relay sizes it, from DefaultSenders (4) up to MaxSenders (64), to hide the publish
 	// call's round trip: by Little's law, R messages a second through a call that takes L
 	// seconds need R × L messages in flight, so a relay 20 ms from SQS needs several times the
-	// senders of one on the loopback. It measures the fastest call and the rate every 100 ms
+	// senders of one on the loopback. It measures the fastest call and the rate every 50 ms
 	// while batches wait for a sender, and runs twice the senders they call for (the rate
 	// grows with them until something else limits it); with no batches waiting it falls back
 	// by one a look. A positive count is fixed; negative is an error.

@@ -8,7 +8,7 @@ import (
 )
 
 // sizeSendersEvery is how often a relay that sizes its senders looks.
-const sizeSendersEvery = 100 * time.Millisecond
+const sizeSendersEvery = 50 * time.Millisecond
 
 // senders is how many publishers may take a batch now, and what the sizer measures: the
 // fastest publish call and the rows published since its last look.

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench-relay-ab.sh OLD [NEW]: the outbox relay at its defaults built from two commits, each with
+# NEW's benchmark files, run interleaved (OLD, NEW, NEW, OLD, ... ROUNDS times each) on the SQS
+# server SERVER (fauxqs: GoAws's SendMessageBatch results are broken). Every run is one round of
+# BenchmarkRelay: MSGS rows, and the raw SendMessageBatch loop at its best of 4, 16 and 64
+# senders, with SQS direct and RTT ms away (the delaying proxy of internal/latency). It prints
+# each run, then per commit and cell the median and spread (min-max) of the relay's rate, of
+# relay / raw and of the relay's rate against its own with SQS direct, and NEW / OLD of the
+# medians of the relay's rate: a before/after claim from the same machine at the same time.
+#
+#   ROUNDS=10 MSGS=10000 scripts/bench-relay-ab.sh 953c66f HEAD
+set -euo pipefail
+old=${1:?usage: bench-relay-ab.sh OLD [NEW]}
+new=${2:-HEAD}
+rounds=${ROUNDS:-10}
+msgs=${MSGS:-10000}
+server=${SERVER:-fauxqs}
+rtt=${RTT:-20}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tmp=$(mktemp -d)
+cleanup() {
+	for c in old new; do git -C "$repo" worktree remove --force "$tmp/$c" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+for c in old new; do
+	rev=$old
+	[[ $c == new ]] && rev=$new
+	git -C "$repo" worktree add -q --detach "$tmp/$c" "$rev"
+	echo "bench-relay-ab: $c = $(git -C "$repo" rev-parse --short "$rev")"
+done
+for f in bench_test.go bench_fifo_test.go; do
+	cp "$tmp/new/outbox/$f" "$tmp/old/outbox/$f"
+done
+# A relay from before RelayStats.Senders reports no senders count.
+grep -q 'Senders: int(' "$tmp/old/outbox/relay.go" || sed -i 's/rl\.Stats()\.Senders/0/' "$tmp/old/outbox/bench_fifo_test.go"
+for c in old new; do
+	(cd "$tmp/$c" && go test -c -o "$tmp/$c.test" ./outbox/)
+done
+out=$tmp/runs
+: >"$out"
+run() {
+	local c=$1 i=$2
+	(cd "$tmp/$c/outbox" && SQSINBOX_TEST_SQS=$server SQSINBOX_BENCH_ROUNDS=1 SQSINBOX_BENCH_N=$msgs SQSINBOX_BENCH_SQS_RTT=0,$rtt \
+		"$tmp/$c.test" -test.run '^$' -test.bench 'BenchmarkRelay$' -test.benchtime 1x) |
+		awk -v c="$c" -v i="$i" '/^round 1, SQS RTT/ {
+			cell = $5; sub(/ms$|s$/, "", cell); sub(/ms|s/, "", cell)
+			match($0, /relay [0-9]+ msgs/); relay = substr($0, RSTART + 6, RLENGTH - 11)
+			match($0, /ratio [0-9.]+/); ratio = substr($0, RSTART + 6, RLENGTH - 6)
+			match($0, /at 0s: [0-9.]+/); own = substr($0, RSTART + 7, RLENGTH - 7)
+			match($0, /\([0-9]+ senders/); snd = substr($0, RSTART + 1, RLENGTH - 9)
+			print c, i, $5, relay, ratio, own, snd }' | tee -a "$out"
+}
+echo "commit run rtt relay_msgs/s relay/raw relay/own_direct senders_at_end"
+for i in $(seq 1 "$rounds"); do
+	if ((i % 2)); then run old "$i"; run new "$i"; else run new "$i"; run old "$i"; fi
+done
+echo
+echo "| cell | measure | old median | spread | new median | spread | new / old |"
+echo "|---|---|---:|---:|---:|---:|---:|"
+for cell in 0s "${rtt}ms"; do
+	for col in 4 5 6; do
+		name=$( ((col == 4)) && echo "relay msgs/s" || { ((col == 5)) && echo "relay / raw (best N)" || echo "relay / its rate direct"; })
+		stats() { awk -v c="$1" -v cell="$cell" -v k="$col" '$1 == c && $3 == cell { print $k }' "$out" | sort -g |
+			awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s %s-%s\n", m, v[1], v[NR] }'; }
+		read -r om os < <(stats old)
+		read -r nm ns < <(stats new)
+		printf "| %s | %s | %s | %s | %s | %s | %.3f |\n" "$cell" "$name" "$om" "$os" "$nm" "$ns" "$(awk -v a="$nm" -v b="$om" 'BEGIN { print (b > 0) ? a / b : 0 }')"
+	done
+done
