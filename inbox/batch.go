@@ -40,6 +40,10 @@ const retryJitter = 10 * time.Millisecond
 // itemSavepoint is the savepoint each item's function runs in.
 const itemSavepoint = "sqsinbox_item"
 
+// itemSavepointAgain ends the item savepoint, keeping its work, and opens it again for the next
+// item: sent with that item's first statement (txRecord.pre).
+var itemSavepointAgain = []string{"RELEASE SAVEPOINT " + itemSavepoint, "SAVEPOINT " + itemSavepoint}
+
 // Item is one event of a batch run by [Inbox.RunBatch].
 type Item struct {
 	// Handler is the handler processing the event, as for [Inbox.Run]: the items of one batch may
@@ -405,18 +409,23 @@ func (r *batchRun) claimFailed(tx pgx.Tx, err error) attempt {
 // ends (stop).
 func (r *batchRun) runItem(a *attemptTx, i int) (attempt, bool) {
 	it := &r.items[i]
-	if !a.spFresh {
-		if _, err := a.tx.Exec(r.ctx, "RELEASE SAVEPOINT "+itemSavepoint+"; SAVEPOINT "+itemSavepoint); err != nil {
-			return r.failAll(a.tx, fmt.Errorf("inbox: savepoint: %w", err)), true
-		}
-		a.savepts++
-	}
-	a.spFresh = false
 	r.hookClaim(i, 1)
 	ctx, cancel := r.runCtx(i)
 	wtx := watch(a.tx)
+	if !a.spFresh {
+		// The item savepoint holds the items before this one: release it and open it again for
+		// this one, in the round trip of the function's first statement (one round trip a
+		// message instead of two when the function writes once). A function that sends no
+		// statement leaves it as it is.
+		wtx.rec.pre, wtx.rec.ctx = itemSavepointAgain, ctx
+	}
 	v := wtx.verdict(ctx, call(withEvent(ctx, it.Handler, it.Key), wtx, it.Fn))
 	cancel()
+	own := a.spFresh || wtx.rec.preSent // the item savepoint holds this item's work alone
+	if wtx.rec.preSent {
+		a.savepts++
+	}
+	a.spFresh = false
 	a.savepts += wtx.rec.savepoints
 	a.perItem = max(a.perItem, 1+wtx.rec.savepoints)
 	switch {
@@ -435,6 +444,24 @@ func (r *batchRun) runItem(a *attemptTx, i int) (attempt, bool) {
 	case v.deploy != nil:
 		r.decide(i, Result{Err: v.err})
 		return r.failAll(a.tx, ErrBatchStopped), true
+	case wtx.rec.preErr != nil:
+		// The round trip that carried the item savepoint failed. A statement that fails to
+		// parse stops the round trip before anything in it runs, so the savepoint may still
+		// hold the items before this one, and rolling back to it would undo them: this item
+		// failed; the others run again in a new transaction.
+		if v.err == nil {
+			v.err = fmt.Errorf("inbox: savepoint: %w", wtx.rec.preErr)
+		}
+		r.decide(i, Result{Err: v.err})
+		return attemptRetry, true
+	}
+	if !own {
+		// The function sent nothing: nothing of it is on the connection, and the savepoint holds
+		// the items before it, which must not be undone.
+		r.st.RolledBack++
+		r.decide(i, Result{Err: v.err})
+		a.unclaim = append(a.unclaim, it.pair())
+		return 0, false
 	}
 	if _, err := a.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+itemSavepoint); err != nil {
 		r.decide(i, Result{Err: v.err})

@@ -8,9 +8,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 )
+
+// pgCode matches an error carrying a PostgreSQL error of SQLSTATE code.
+func pgCode(code string) func(error) bool {
+	return func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == code
+	}
+}
 
 // TestOutcomeTableBothPaths (PostgreSQL): every row of the package doc's outcome table, on both
 // paths: Run (one transaction for the event) and RunBatch (the event between two good items,
@@ -180,6 +189,51 @@ func TestOutcomeTableBothPaths(t *testing.T) {
 					return fmt.Errorf("missing: %v", err) //nolint:errorlint // %v: the chain is cut on purpose
 				}
 				return nil
+			}
+		}},
+		// RunBatch opens an item's savepoint in the round trip of its first statement: the rows
+		// below fail or read before anything else is sent, and the items before them must keep
+		// their work (a first statement that does not parse stops its whole round trip).
+		{name: "fails-before-any-statement", want: func(err error) bool { return err != nil && err.Error() == "nothing sent" },
+			fn: func(*bundle) inbox.Func {
+				return func(context.Context, pgx.Tx) error { return errors.New("nothing sent") }
+			}},
+		{name: "first-statement-does-not-parse", want: pgCode("42601"), fn: func(*bundle) inbox.Func {
+			return func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `SELEC 1`)
+				return err
+			}
+		}},
+		{name: "first-statement-with-arguments-does-not-parse", want: pgCode("42601"), fn: func(*bundle) inbox.Func {
+			return func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `SELEC $1::int`, 1)
+				return err
+			}
+		}},
+		{name: "first-query-does-not-parse", want: pgCode("42601"), fn: func(*bundle) inbox.Func {
+			return func(ctx context.Context, tx pgx.Tx) error {
+				var n int
+				return tx.QueryRow(ctx, `SELEC $1::int`, 1).Scan(&n)
+			}
+		}},
+		{name: "first-statement-fails-when-run", want: pgCode("22012"), fn: func(*bundle) inbox.Func {
+			return func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `SELECT 1/$1::int`, 0)
+				return err
+			}
+		}},
+		{name: "reads-first", processed: true, fn: func(b *bundle) inbox.Func {
+			return func(ctx context.Context, tx pgx.Tx) error {
+				var n int
+				if err := tx.QueryRow(ctx, `SELECT $1::int`, 7).Scan(&n); err != nil || n != 7 {
+					return fmt.Errorf("read %d, %v", n, err)
+				}
+				rows, err := tx.Query(ctx, `SELECT generate_series(1, 3)`)
+				if err != nil {
+					return err
+				}
+				rows.Close()
+				return write(b, ctx, tx)
 			}
 		}},
 		{name: "missing-grant-on-a-function", stops: true, want: func(err error) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -116,6 +117,13 @@ type txRecord struct {
 	ended      int      // endedCommit or endedRollback once the function called either
 	savepoints int      // nested transactions (SAVEPOINTs) opened
 	open       []closer // rows and batch results handed out, open or closed
+
+	// pre are statements to send before the function's first one, in the same round trip where
+	// the statement allows (RunBatch's item savepoint: see sendPre); nil once sent, or if none.
+	pre     []string
+	preSent bool            // pre was sent
+	preErr  error           // and failed: the item savepoint is not where RunBatch expects it
+	ctx     context.Context // the function's context, for a send with no statement's own
 }
 
 type closer interface {
@@ -196,6 +204,9 @@ func (t *watchedTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err := t.closedErr(); err != nil {
 		return nil, err
 	}
+	if err := t.sendPre(ctx); err != nil {
+		return nil, err
+	}
 	inner, err := t.tx.Begin(ctx)
 	t.rec.note(ctx, err)
 	if err != nil {
@@ -243,8 +254,59 @@ func (t *watchedTx) Rollback(ctx context.Context) error {
 	return nil
 }
 
+// sendPre sends the pending statements (txRecord.pre) alone, before a statement that cannot
+// carry them.
+func (t *watchedTx) sendPre(ctx context.Context) error {
+	r := t.rec
+	if r.pre == nil {
+		return nil
+	}
+	pre := r.pre
+	r.pre, r.preSent = nil, true
+	_, err := t.tx.Exec(ctx, strings.Join(pre, "; "))
+	r.note(ctx, err)
+	r.preErr = err
+	return err
+}
+
+// batchWithPre returns a batch of the pending statements, to be followed by the function's own,
+// or nil if the function's arguments ask for what a batch does not take (a QueryExecMode or the
+// result formats of one statement: pgx honours them only outside a batch).
+func (t *watchedTx) batchWithPre(args []any) *pgx.Batch {
+	if len(args) > 0 {
+		switch args[0].(type) {
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+			return nil
+		}
+	}
+	b := &pgx.Batch{}
+	for _, q := range t.rec.pre {
+		b.Queue(q)
+	}
+	t.rec.pre, t.rec.preSent = nil, true
+	return b
+}
+
+// readPre reads the results of the pending statements at the head of br. An error there may be
+// the function's statement's own: pgx prepares a batch's new statements before it runs any, so
+// one that does not parse fails the whole batch.
+func (t *watchedTx) readPre(ctx context.Context, br pgx.BatchResults, n int) error {
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			t.rec.note(ctx, err)
+			t.rec.preErr = err
+			_ = br.Close()
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *watchedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
 	if err := t.closedErr(); err != nil {
+		return 0, err
+	}
+	if err := t.sendPre(ctx); err != nil {
 		return 0, err
 	}
 	n, err := t.tx.CopyFrom(ctx, table, cols, src)
@@ -256,16 +318,25 @@ func (t *watchedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	if err := t.closedErr(); err != nil {
 		return &errBatch{err: err}
 	}
+	if err := t.sendPre(ctx); err != nil {
+		return &errBatch{err: err}
+	}
 	br := &watchedBatch{br: t.tx.SendBatch(ctx, b), ctx: ctx, t: t}
 	t.rec.open = append(t.rec.open, br)
 	return br
 }
 
 // LargeObjects goes around the record (see the package's outcome table).
-func (t *watchedTx) LargeObjects() pgx.LargeObjects { return t.tx.LargeObjects() }
+func (t *watchedTx) LargeObjects() pgx.LargeObjects {
+	_ = t.sendPre(t.rec.ctx)
+	return t.tx.LargeObjects()
+}
 
 func (t *watchedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if err := t.closedErr(); err != nil {
+		return nil, err
+	}
+	if err := t.sendPre(ctx); err != nil {
 		return nil, err
 	}
 	sd, err := t.tx.Prepare(ctx, name, sql)
@@ -277,6 +348,38 @@ func (t *watchedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	if err := t.closedErr(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	if t.rec.pre != nil {
+		if len(args) == 0 {
+			// pgx sends a statement without arguments as a simple query, which may hold several
+			// statements: the pending ones go at its head. If it fails, the pending ones may
+			// not have run (a query string that does not parse runs none of its statements):
+			// preErr says so, and RunBatch does not roll back to a savepoint that may hold the
+			// items before this one.
+			pre := t.rec.pre
+			t.rec.pre, t.rec.preSent = nil, true
+			tag, err := t.tx.Exec(ctx, strings.Join(pre, "; ")+"; "+sql)
+			t.rec.note(ctx, err)
+			t.rec.preErr = err
+			return tag, err
+		}
+		n := len(t.rec.pre)
+		if b := t.batchWithPre(args); b != nil {
+			b.Queue(sql, args...)
+			br := t.tx.SendBatch(ctx, b)
+			if err := t.readPre(ctx, br, n); err != nil {
+				return pgconn.CommandTag{}, err
+			}
+			tag, err := br.Exec()
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			t.rec.note(ctx, err)
+			return tag, err
+		}
+		if err := t.sendPre(ctx); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+	}
 	tag, err := t.tx.Exec(ctx, sql, args...)
 	t.rec.note(ctx, err)
 	return tag, err
@@ -286,7 +389,27 @@ func (t *watchedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	if err := t.closedErr(); err != nil {
 		return &errRows{err: err}, err
 	}
-	rows, err := t.tx.Query(ctx, sql, args...)
+	var rows pgx.Rows
+	var err error
+	if n := len(t.rec.pre); n > 0 {
+		if b := t.batchWithPre(args); b != nil {
+			b.Queue(sql, args...)
+			br := t.tx.SendBatch(ctx, b)
+			if err := t.readPre(ctx, br, n); err != nil {
+				return &errRows{err: err}, err
+			}
+			if rows, err = br.Query(); err != nil {
+				_ = br.Close()
+			} else {
+				rows = &batchRows{Rows: rows, br: br}
+			}
+		} else if err := t.sendPre(ctx); err != nil {
+			return &errRows{err: err}, err
+		}
+	}
+	if rows == nil && err == nil {
+		rows, err = t.tx.Query(ctx, sql, args...)
+	}
 	t.rec.note(ctx, err)
 	if err != nil {
 		return rows, err
@@ -302,7 +425,47 @@ func (t *watchedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 }
 
 // Conn returns the connection; statements sent through it go around the record.
-func (t *watchedTx) Conn() *pgx.Conn { return t.tx.Conn() }
+func (t *watchedTx) Conn() *pgx.Conn {
+	_ = t.sendPre(t.rec.ctx)
+	return t.tx.Conn()
+}
+
+// batchRows are the rows of the last statement of a batch (the pending statements, then the
+// function's query): closing them, or reading past the last row, closes the batch too, which
+// frees the connection.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	done   bool
+	endErr error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.end()
+	return false
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	r.end()
+}
+
+func (r *batchRows) end() {
+	if !r.done {
+		r.done = true
+		r.endErr = r.br.Close()
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.endErr
+}
 
 // watchedRows records the error a result ends with, and when it is closed (by Close, or by Next
 // returning false, which closes pgx's rows).
