@@ -226,7 +226,7 @@ func TestOutcomeTableBothPaths(t *testing.T) {
 			return func(ctx context.Context, tx pgx.Tx) error {
 				var n int
 				if err := tx.QueryRow(ctx, `SELECT $1::int`, 7).Scan(&n); err != nil || n != 7 {
-					return fmt.Errorf("read %d, %v", n, err)
+					return fmt.Errorf("read %d: %w", n, err)
 				}
 				rows, err := tx.Query(ctx, `SELECT generate_series(1, 3)`)
 				if err != nil {
