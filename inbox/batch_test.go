@@ -427,3 +427,58 @@ func TestRunBatchLockTimeoutOnlyOnTheClaim(t *testing.T) {
 		t.Fatalf("settings seen by the functions: %v; want lock_timeout 0 and idle 7s", got)
 	}
 }
+
+// TestRunBatchFirstStatementSeesItsOwnResult (PostgreSQL): each item's savepoint rides with its
+// function's first statement (at the head of a simple query for a statement without arguments,
+// in a pgx batch for one with), yet the function sees its own statement's result: the rows its
+// UPDATE affected and the rows its query returned, not the savepoint's. The items after the
+// first are the ones that carry it.
+func TestRunBatchFirstStatementSeesItsOwnResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	if _, err := b.pool.Exec(t.Context(), `CREATE TABLE `+b.schema+`.stock (sku text, n int)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(t.Context(), `INSERT INTO `+b.schema+`.stock SELECT 'a', g FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	var got [3]string
+	fns := []inbox.Func{
+		func(ctx context.Context, tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `UPDATE `+b.schema+`.stock SET n = n + 1 WHERE sku = 'a'`)
+			got[0] = tag.String()
+			return err
+		},
+		func(ctx context.Context, tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `UPDATE `+b.schema+`.stock SET n = n + 1 WHERE sku = $1`, "a")
+			got[1] = tag.String()
+			return err
+		},
+		func(ctx context.Context, tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT n FROM `+b.schema+`.stock WHERE sku = $1 ORDER BY n`, "a")
+			if err != nil {
+				return err
+			}
+			ns, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+			got[2] = fmt.Sprint(ns)
+			return err
+		},
+	}
+	for round := range 2 { // the first item of a batch opens its savepoint with the claims
+		items := []inbox.Item{{Handler: "h", Key: fmt.Sprint("first-", round), Fn: func(context.Context, pgx.Tx) error { return nil }}}
+		for i, fn := range fns {
+			items = append(items, inbox.Item{Handler: "h", Key: fmt.Sprint("k", round, "-", i), Fn: fn})
+		}
+		res, _ := b.ib.RunBatch(t.Context(), items, nil)
+		for i, r := range res {
+			if r.Err != nil || r.Outcome != inbox.Processed {
+				t.Fatalf("round %d, item %d: %v, %v", round, i, r.Outcome, r.Err)
+			}
+		}
+		base := 2 * round
+		want := [3]string{"UPDATE 3", "UPDATE 3", fmt.Sprint([]int32{int32(base + 3), int32(base + 4), int32(base + 5)})}
+		if got != want {
+			t.Fatalf("round %d: the functions saw %q; want %q", round, got, want)
+		}
+	}
+}
