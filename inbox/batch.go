@@ -42,7 +42,7 @@ const itemSavepoint = "sqsinbox_item"
 
 // itemSavepointAgain ends the item savepoint, keeping its work, and opens it again for the next
 // item: sent with that item's first statement (txRecord.pre).
-var itemSavepointAgain = []string{"RELEASE SAVEPOINT " + itemSavepoint, "SAVEPOINT " + itemSavepoint}
+var itemSavepointAgain = newPending("RELEASE SAVEPOINT "+itemSavepoint, "SAVEPOINT "+itemSavepoint)
 
 // Item is one event of a batch run by [Inbox.RunBatch].
 type Item struct {

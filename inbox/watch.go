@@ -119,8 +119,8 @@ type txRecord struct {
 	open       []closer // rows and batch results handed out, open or closed
 
 	// pre are statements to send before the function's first one, in the same round trip where
-	// the statement allows (RunBatch's item savepoint: see sendPre); nil once sent, or if none.
-	pre     []string
+	// the statement allows (RunBatch's item savepoint: see withPre); nil once sent, or if none.
+	pre     *pending
 	preSent bool            // pre was sent
 	preErr  error           // and failed: the item savepoint is not where RunBatch expects it
 	ctx     context.Context // the function's context, for a send with no statement's own
@@ -254,6 +254,17 @@ func (t *watchedTx) Rollback(ctx context.Context) error {
 	return nil
 }
 
+// pending are statements sent before a function's first one: one by one in a batch, or joined
+// at the head of a simple query.
+type pending struct {
+	stmts []string
+	sql   string
+}
+
+func newPending(stmts ...string) *pending {
+	return &pending{stmts: stmts, sql: strings.Join(stmts, "; ")}
+}
+
 // sendPre sends the pending statements (txRecord.pre) alone, before a statement that cannot
 // carry them.
 func (t *watchedTx) sendPre(ctx context.Context) error {
@@ -263,43 +274,46 @@ func (t *watchedTx) sendPre(ctx context.Context) error {
 	}
 	pre := r.pre
 	r.pre, r.preSent = nil, true
-	_, err := t.tx.Exec(ctx, strings.Join(pre, "; "))
+	_, err := t.tx.Exec(ctx, pre.sql)
 	r.note(ctx, err)
 	r.preErr = err
 	return err
 }
 
-// batchWithPre returns a batch of the pending statements, to be followed by the function's own,
-// or nil if the function's arguments ask for what a batch does not take (a QueryExecMode or the
-// result formats of one statement: pgx honours them only outside a batch).
-func (t *watchedTx) batchWithPre(args []any) *pgx.Batch {
+// withPre sends the pending statements in one batch with the function's statement sql, reads
+// their results and returns the batch, at the function's statement's result. It returns nil
+// when none are pending, or when args ask for what a batch does not take (a QueryExecMode or
+// the result formats of one statement, which pgx honours only outside a batch): the pending
+// ones are then sent alone. An error from the pending ones may be the function's statement's
+// own: pgx prepares a batch's new statements before it runs any, so one that does not parse
+// fails the whole batch (preErr says so).
+func (t *watchedTx) withPre(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	if t.rec.pre == nil {
+		return nil, nil
+	}
 	if len(args) > 0 {
 		switch args[0].(type) {
 		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-			return nil
+			return nil, t.sendPre(ctx)
 		}
 	}
+	pre := t.rec.pre
+	t.rec.pre, t.rec.preSent = nil, true
 	b := &pgx.Batch{}
-	for _, q := range t.rec.pre {
+	for _, q := range pre.stmts {
 		b.Queue(q)
 	}
-	t.rec.pre, t.rec.preSent = nil, true
-	return b
-}
-
-// readPre reads the results of the pending statements at the head of br. An error there may be
-// the function's statement's own: pgx prepares a batch's new statements before it runs any, so
-// one that does not parse fails the whole batch.
-func (t *watchedTx) readPre(ctx context.Context, br pgx.BatchResults, n int) error {
-	for range n {
+	b.Queue(sql, args...)
+	br := t.tx.SendBatch(ctx, b)
+	for range pre.stmts {
 		if _, err := br.Exec(); err != nil {
 			t.rec.note(ctx, err)
 			t.rec.preErr = err
 			_ = br.Close()
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return br, nil
 }
 
 func (t *watchedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
@@ -348,37 +362,30 @@ func (t *watchedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	if err := t.closedErr(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if t.rec.pre != nil {
-		if len(args) == 0 {
-			// pgx sends a statement without arguments as a simple query, which may hold several
-			// statements: the pending ones go at its head. If it fails, the pending ones may
-			// not have run (a query string that does not parse runs none of its statements):
-			// preErr says so, and RunBatch does not roll back to a savepoint that may hold the
-			// items before this one.
-			pre := t.rec.pre
-			t.rec.pre, t.rec.preSent = nil, true
-			tag, err := t.tx.Exec(ctx, strings.Join(pre, "; ")+"; "+sql)
-			t.rec.note(ctx, err)
-			t.rec.preErr = err
-			return tag, err
+	if t.rec.pre != nil && len(args) == 0 {
+		// pgx sends a statement without arguments as a simple query, which may hold several
+		// statements: the pending ones go at its head. If it fails, the pending ones may not
+		// have run (a query string that does not parse runs none of its statements): preErr
+		// says so, and RunBatch does not roll back to a savepoint that may hold the items
+		// before this one.
+		pre := t.rec.pre
+		t.rec.pre, t.rec.preSent = nil, true
+		tag, err := t.tx.Exec(ctx, pre.sql+"; "+sql)
+		t.rec.note(ctx, err)
+		t.rec.preErr = err
+		return tag, err
+	}
+	br, err := t.withPre(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if br != nil {
+		tag, err := br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
 		}
-		n := len(t.rec.pre)
-		if b := t.batchWithPre(args); b != nil {
-			b.Queue(sql, args...)
-			br := t.tx.SendBatch(ctx, b)
-			if err := t.readPre(ctx, br, n); err != nil {
-				return pgconn.CommandTag{}, err
-			}
-			tag, err := br.Exec()
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
-			t.rec.note(ctx, err)
-			return tag, err
-		}
-		if err := t.sendPre(ctx); err != nil {
-			return pgconn.CommandTag{}, err
-		}
+		t.rec.note(ctx, err)
+		return tag, err
 	}
 	tag, err := t.tx.Exec(ctx, sql, args...)
 	t.rec.note(ctx, err)
@@ -389,26 +396,17 @@ func (t *watchedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	if err := t.closedErr(); err != nil {
 		return &errRows{err: err}, err
 	}
-	var rows pgx.Rows
-	var err error
-	if n := len(t.rec.pre); n > 0 {
-		if b := t.batchWithPre(args); b != nil {
-			b.Queue(sql, args...)
-			br := t.tx.SendBatch(ctx, b)
-			if err := t.readPre(ctx, br, n); err != nil {
-				return &errRows{err: err}, err
-			}
-			if rows, err = br.Query(); err != nil {
-				_ = br.Close()
-			} else {
-				rows = &batchRows{Rows: rows, br: br}
-			}
-		} else if err := t.sendPre(ctx); err != nil {
-			return &errRows{err: err}, err
-		}
+	br, err := t.withPre(ctx, sql, args)
+	if err != nil {
+		return &errRows{err: err}, err
 	}
-	if rows == nil && err == nil {
+	var rows pgx.Rows
+	if br == nil {
 		rows, err = t.tx.Query(ctx, sql, args...)
+	} else if rows, err = br.Query(); err != nil {
+		_ = br.Close()
+	} else {
+		rows = &batchRows{Rows: rows, br: br}
 	}
 	t.rec.note(ctx, err)
 	if err != nil {
