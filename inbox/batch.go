@@ -160,6 +160,9 @@ func (ib *Inbox) RunBatch(ctx context.Context, items []Item, order Order) ([]Res
 	for i := range items {
 		// Decided in its turn, so that it halts only the items after it.
 		if r.invalid[i] = validateClaim(items[i].Handler, items[i].Key); r.invalid[i] == nil {
+			r.invalid[i] = ib.checkKeyTime(items[i].Key)
+		}
+		if r.invalid[i] == nil {
 			st.Items++
 		}
 	}
@@ -370,9 +373,12 @@ func (r *batchRun) claim(a *attemptTx, claims []pair) error {
 		return rows.Err()
 	}
 	if l := r.ib.generations(); l != nil {
-		cur, minLive, maxLive := r.ib.claimArgsGen(l)
-		b.Queue(l.lock, handlers, keys)
-		b.Queue(l.claim, handlers, keys, srcs, ids, counts, traces, cur, minLive, maxLive).Query(read)
+		c, err := r.ib.genClaimFor(l, false, handlers, keys, srcs, ids, counts, traces)
+		if err != nil {
+			r.endClaims(err)
+			return err
+		}
+		c.queue(b).Query(read)
 	} else {
 		b.Queue(r.ib.sql.batchClaim, handlers, keys, srcs, ids, counts, traces).Query(read)
 		b.Queue(resetLockTimeout)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/panics"
 	"github.com/sqsinbox/sqsinbox/internal/core/pgtx"
@@ -116,9 +117,11 @@ func (ib *Inbox) run(ctx context.Context, handler, key string, fn Func) (Outcome
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if l := ib.generations(); l != nil {
-		args := ib.claimOneGen(l, handler, key, d)
-		b.Queue(l.lock, args[0], args[1])
-		b.Queue(l.claim, args...).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+		c, err := ib.genClaimFor(l, false, []string{handler}, []string{key}, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID})
+		if err != nil {
+			return 0, err
+		}
+		c.queue(b).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	} else {
 		b.Queue(ib.sql.boundedClaim, handler, key, d.source, d.messageID, d.receiveCount, d.traceID).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	}
@@ -233,9 +236,14 @@ func validateClaim(handler, key string) error {
 // claimTxGen is RunTx's claim in the generations layout: the key's lock, then the probe and the
 // insert, in the caller's transaction.
 func (ib *Inbox) claimTxGen(ctx context.Context, tx pgx.Tx, l *genLayout, handler, key string, d deliveryArgs) (pgconn.CommandTag, error) {
-	args := ib.claimOneGen(l, handler, key, d)
-	if _, err := tx.Exec(ctx, l.lockTx, args[0], args[1]); err != nil {
+	c, err := ib.genClaimFor(l, true, []string{handler}, []string{key}, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount}, [][]byte{d.traceID})
+	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return tx.Exec(ctx, l.claimTx, args...)
+	if c.lock != "" {
+		if _, err := tx.Exec(ctx, c.lock, c.lockArgs...); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+	}
+	return tx.Exec(ctx, c.claim, c.claimArgs...)
 }

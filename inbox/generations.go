@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
@@ -40,6 +39,9 @@ const (
 	LayoutGenerations = "generations"
 )
 
+// generationsKind reports whether kind is one of the layouts in processed_events.
+func generationsKind(kind string) bool { return kind == LayoutGenerations || kind == LayoutKeyTime }
+
 // Bounds of the generation length.
 const (
 	MinGeneration = time.Minute
@@ -55,6 +57,7 @@ const clockMargin = 5 * time.Minute
 type genLayout struct {
 	g       time.Duration
 	legacy  bool   // processed_messages_legacy holds rows from before the switch: claims probe it
+	keyTime bool   // LayoutKeyTime: keys that carry their time are routed by it (keytime.go)
 	rows    string // what readers select from: processed_events, with the legacy rows if any
 	lock    string // takes the batch's advisory locks, after bounding the claim's waits
 	lockTx  string // RunTx's: the locks, with only the planner settings
@@ -63,6 +66,17 @@ type genLayout struct {
 	unclaim string
 	stats   string
 	table   string // quoted processed_events
+	// The keytime layout's claims (genClaimFor): of keys that are all fast, alone, for Run and
+	// RunBatch and for RunTx; and of keys some of which are not, after the lock statement.
+	fast, fastTx, routed string
+}
+
+// kind is the layout's name, as inbox_layout records it.
+func (l *genLayout) kind() string {
+	if l.keyTime {
+		return LayoutKeyTime
+	}
+	return LayoutGenerations
 }
 
 func (l *genLayout) gen(t time.Time) int32 {
@@ -74,7 +88,7 @@ func (l *genLayout) minLive(now time.Time, retention time.Duration) int32 {
 	return l.gen(now.Add(-retention - clockMargin))
 }
 
-func newGenLayout(c Config, g time.Duration, legacy bool) *genLayout {
+func newGenLayout(c Config, g time.Duration, legacy, keyTime bool) *genLayout {
 	t := sqlident.Quote(c.Schema, "processed_events")
 	lt := sqlident.Quote(c.Schema, "processed_messages_legacy")
 	rows, legacyProbe := t, ""
@@ -89,11 +103,12 @@ func newGenLayout(c Config, g time.Duration, legacy bool) *genLayout {
 	// The schema is a validated identifier ([a-z_][a-z0-9_]*), safe in a literal.
 	locks := "SELECT count(pg_advisory_xact_lock(q.x)) FROM (SELECT DISTINCT hashtextextended('" + c.Schema + "'" +
 		" || E'\\x01' || u.h || E'\\x01' || u.k, 0) AS x FROM s, unnest($1::text[], $2::text[]) AS u(h, k) ORDER BY 1) q"
-	return &genLayout{
-		g:      g,
-		legacy: legacy,
-		rows:   rows,
-		table:  t,
+	l := &genLayout{
+		g:       g,
+		legacy:  legacy,
+		keyTime: keyTime,
+		rows:    rows,
+		table:   t,
 		// enable_seqscan and jit are off for the claim: a generation starts empty, and a plan
 		// made then (a cached generic plan) would scan it sequentially while it grows; the
 		// disabled scans' cost would then compile every execution.
@@ -120,6 +135,13 @@ func newGenLayout(c Config, g time.Duration, legacy bool) *genLayout {
 		unclaim: "DELETE FROM " + t + " WHERE (handler, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
 		stats:   "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + rows + " r GROUP BY handler ORDER BY handler",
 	}
+	if keyTime {
+		l.fast, l.fastTx = fastClaim(c, t, legacyProbe, true), fastClaim(c, t, legacyProbe, false)
+		// The routed claim may wait for a fast claim's row: lock_timeout goes back after it
+		// (resetLockTimeout), the planner settings in it.
+		l.routed = routedClaim(t, legacyProbe, resetPlanner)
+	}
+	return l
 }
 
 // resetPlanner sets back the planner settings lock and lockTx change.
@@ -162,8 +184,8 @@ func (ib *Inbox) rowsTable(ctx context.Context) string {
 	return sqlident.Quote(ib.cfg.Schema, "processed_messages")
 }
 
-// Layout reads the inbox's layout from the database: LayoutTable or LayoutGenerations, and the
-// generation length of the latter. The inbox claims in it from then on.
+// Layout reads the inbox's layout from the database: LayoutTable, LayoutGenerations or
+// LayoutKeyTime, and the generation length of the latter two. The inbox claims in it from then on.
 func (ib *Inbox) Layout(ctx context.Context) (string, time.Duration, error) {
 	var kind string
 	var secs *int32
@@ -173,15 +195,15 @@ func (ib *Inbox) Layout(ctx context.Context) (string, time.Duration, error) {
 		return "", 0, fmt.Errorf("inbox: read the layout of schema %q: %w", ib.cfg.Schema, err)
 	}
 	ib.layRead.Store(true)
-	if kind != LayoutGenerations || secs == nil {
+	if !generationsKind(kind) || secs == nil {
 		ib.lay.Store(nil)
 		return LayoutTable, 0, nil
 	}
 	g := time.Duration(*secs) * time.Second
-	if cur := ib.lay.Load(); cur == nil || cur.g != g || cur.legacy != legacy {
-		ib.lay.Store(newGenLayout(ib.cfg, g, legacy))
+	if cur := ib.lay.Load(); cur == nil || cur.g != g || cur.legacy != legacy || cur.kind() != kind {
+		ib.lay.Store(newGenLayout(ib.cfg, g, legacy, kind == LayoutKeyTime))
 	}
-	return LayoutGenerations, g, nil
+	return kind, g, nil
 }
 
 // LegacyRows reports whether, in the generations layout as last read ([Inbox.Layout]), the rows
@@ -204,7 +226,7 @@ func (ib *Inbox) layoutMoved(ctx context.Context, err error) bool {
 		return false
 	}
 	after := ib.lay.Load()
-	return after != nil && (before == nil || before.legacy != after.legacy || before.g != after.g)
+	return after != nil && (before == nil || before.legacy != after.legacy || before.g != after.g || before.keyTime != after.keyTime)
 }
 
 // legacyView is the view inbox_rows, what readers (Lookup, List, Stats) read while the legacy
@@ -221,20 +243,6 @@ func legacyView(schema string) string {
 // generations' lock.
 const legacyClosed = "sqsinbox_legacy_closed"
 
-// claimOneGen is the claim statement's arguments for one key.
-func (ib *Inbox) claimOneGen(l *genLayout, handler, key string, d deliveryArgs) []any {
-	cur, minLive, maxLive := ib.claimArgsGen(l)
-	return []any{[]string{handler}, []string{key}, []pgtype.Int4{d.source}, []pgtype.UUID{d.messageID}, []pgtype.Int2{d.receiveCount},
-		[][]byte{d.traceID}, cur, minLive, maxLive}
-}
-
-// claimArgsGen are the claim's arguments after the six arrays: the generation it writes, and the
-// oldest and newest it probes.
-func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32, int32) {
-	now := ib.now()
-	return l.gen(now), l.minLive(now, ib.cfg.Retention), l.gen(now.Add(clockMargin))
-}
-
 // SwitchToGenerations moves the inbox in schema to the generations layout, of generation length
 // generation (whole seconds from MinGeneration to MaxGeneration; the docs say how to pick it). It
 // takes a moment's exclusive lock on processed_messages (waiting up to 10 s for the claims running
@@ -249,6 +257,19 @@ func (ib *Inbox) claimArgsGen(l *genLayout) (int32, int32, int32) {
 // fail as a broken deployment: it pauses and applies nothing) or closed. It refuses an inbox
 // already switched.
 func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string, generation time.Duration) error {
+	return switchLayout(ctx, pool, schema, generation, false)
+}
+
+// SwitchToKeyTime is SwitchToGenerations to the keytime layout: processed_events as in the
+// generations layout, with the keys that carry their time (UUIDv7, ULID: see [KeyTime]) routed by
+// it, which makes their claims as cheap as the table layout's at any size. Other keys are claimed
+// as in the generations layout. Processes of a version that does not know the keytime layout
+// refuse to claim in it (they find processed_messages gone), as do those from before layouts.
+func SwitchToKeyTime(ctx context.Context, pool *pgxpool.Pool, schema string, generation time.Duration) error {
+	return switchLayout(ctx, pool, schema, generation, true)
+}
+
+func switchLayout(ctx context.Context, pool *pgxpool.Pool, schema string, generation time.Duration, keyTime bool) error {
 	schema = orDefault(schema)
 	if err := sqlident.Validate("inbox: schema", schema); err != nil {
 		return err
@@ -265,6 +286,8 @@ func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string,
 			return fmt.Errorf("inbox: read the layout of schema %q (run `sqsinbox migrate up` first): %w", schema, err)
 		}
 		if kind != LayoutTable {
+			// From generations to keytime is refused too: a process still claiming in the
+			// generations layout would not see a routed claim's uncommitted row.
 			return fmt.Errorf("inbox: schema %q is in the %s layout already", schema, kind)
 		}
 		old := sqlident.Quote(schema, "processed_messages")
@@ -276,7 +299,7 @@ func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string,
 		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+old+"), now()").Scan(&rows, &at); err != nil {
 			return err
 		}
-		l := newGenLayout(Config{Schema: schema}, generation, rows)
+		l := newGenLayout(Config{Schema: schema}, generation, rows, keyTime)
 		cur := l.gen(time.Now())
 		stmts := []string{
 			"CREATE TABLE " + l.table + ` (
@@ -304,8 +327,8 @@ func SwitchToGenerations(ctx context.Context, pool *pgxpool.Pool, schema string,
 		} else {
 			stmts = append(stmts, "DROP TABLE "+old)
 		}
-		stmts = append(stmts, fmt.Sprintf("UPDATE %s SET kind = 'generations', generation_seconds = %d, switched_at = now(), legacy = %v",
-			sqlident.Quote(schema, "inbox_layout"), int64(generation/time.Second), rows))
+		stmts = append(stmts, fmt.Sprintf("UPDATE %s SET kind = '%s', generation_seconds = %d, switched_at = now(), legacy = %v",
+			sqlident.Quote(schema, "inbox_layout"), l.kind(), int64(generation/time.Second), rows))
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {
 				return fmt.Errorf("inbox: switch to generations: %w", err)
@@ -384,6 +407,9 @@ func (ib *Inbox) rotateGenerations(ctx context.Context, l *genLayout, age time.D
 		return r, err
 	}
 	dropBelow := l.gen(ib.now().Add(-age - 2*clockMargin))
+	if l.keyTime {
+		dropBelow = min(dropBelow, l.oldestRouted(ib.now())) // with a retention under G: ensure made them
+	}
 	r.Horizon = time.Unix(int64(dropBelow)*int64(l.g/time.Second), 0)
 	for g, p := range parts {
 		if g >= dropBelow {
@@ -485,7 +511,7 @@ WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname LIKE 'processed\_events\_
 }
 
 // ensure makes (or attaches) the generations from the previous one to aheadGenerations past now
-// that are missing, under an advisory lock of its own that it waits for (making a generation is
+// (in the keytime layout, from the oldest a key is routed to, to the newest) that are missing, under an advisory lock of its own that it waits for (making a generation is
 // quick): the rotation calls it, and so do Check and a claim that found its generation missing.
 // r, when not nil, counts the lock waits given up; conn, when not nil, is the connection to use
 // (the rotation's: a pool of one connection must not deadlock).
@@ -512,9 +538,16 @@ func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation, conn *pg
 	if err != nil {
 		return nil, err
 	}
-	cur := l.gen(ib.now())
+	now := ib.now()
+	cur := l.gen(now)
+	oldest, last := cur-1, cur+aheadGenerations
+	if l.keyTime {
+		// The generations a claim may route a key to (keytime.go): back to oldestRouted, and up
+		// to that of a key's time clockMargin ahead of this clock.
+		oldest, last = min(oldest, l.oldestRouted(now)), max(last, l.gen(now.Add(clockMargin))+1)
+	}
 	var made []int32
-	for g := cur - 1; g <= cur+aheadGenerations; g++ {
+	for g := oldest; g <= last; g++ {
 		p, ok := parts[g]
 		if ok && p.attached {
 			continue

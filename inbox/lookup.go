@@ -61,13 +61,14 @@ func (ib *Inbox) Lookup(ctx context.Context, key string) ([]ProcessedEvent, erro
 	}
 	t := ib.rowsTable(ctx)
 	// The handler names, each found by one index probe past the last (a loose index scan), and
-	// the event's row under each.
+	// the event's row under each (one: in the keytime layout a late claim records its key twice,
+	// at once, and the two rows say the same).
 	q := `WITH RECURSIVE h(name) AS (
   (SELECT handler FROM ` + t + ` ORDER BY handler LIMIT 1)
   UNION ALL
   SELECT (SELECT handler FROM ` + t + ` WHERE handler > h.name ORDER BY handler LIMIT 1) FROM h WHERE h.name IS NOT NULL
 )
-SELECT ` + eventColumns + ` FROM h JOIN ` + t + ` p ON p.handler = h.name AND p.event_id = $1
+SELECT DISTINCT ON (p.handler) ` + eventColumns + ` FROM h JOIN ` + t + ` p ON p.handler = h.name AND p.event_id = $1
 LEFT JOIN ` + sqlident.Quote(ib.cfg.Schema, "inbox_sources") + ` src ON src.id = p.source ORDER BY p.handler`
 	rows, err := ib.pool.Query(ctx, q, key)
 	if err != nil {

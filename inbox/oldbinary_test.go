@@ -13,8 +13,9 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 )
 
-// oldCommit is a version of this module from before the inbox had layouts (migration 0005).
-const oldCommit = "3a814ba"
+// oldCommit is a version of this module from before the inbox had layouts (migration 0005), and
+// genCommit one from before the keytime layout (0006), which knew the generations layout.
+const oldCommit, genCommit = "3a814ba", "bc40899"
 
 // oldClaim is a program built against the inbox package of oldCommit: it claims one event and
 // applies it (one row in effects), and prints the outcome, or the error and whether it is a broken
@@ -64,7 +65,7 @@ func main() {
 func TestOldBinaryRefusedAfterSwitch(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	bin := buildOldClaim(t)
+	bin := buildOldClaim(t, oldCommit)
 	b := setup(t, nil)
 	run := func(key string) (string, error) {
 		cmd := exec.CommandContext(ctx, bin, db.URL, b.schema, key)
@@ -92,23 +93,56 @@ func TestOldBinaryRefusedAfterSwitch(t *testing.T) {
 	}
 }
 
-// buildOldClaim builds oldClaim against the module as of oldCommit (git archive of this
+// TestGenerationsBinaryRefusedAfterKeyTime (PostgreSQL; git and the go command): a binary built
+// from genCommit, which knew the generations layout and not the keytime one, claims beside this
+// version. After the switch to keytime it must not claim as in generations (it would probe for a
+// routed key's row with a plain read, and miss an uncommitted one): its claim fails as a broken
+// deployment, applying nothing, and this version applies the event once.
+func TestGenerationsBinaryRefusedAfterKeyTime(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	bin := buildOldClaim(t, genCommit)
+	b := setup(t, nil)
+	key := v7(time.Now(), 1)
+	if err := inbox.SwitchToKeyTime(ctx, b.pool, b.schema, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, db.URL, b.schema, key).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "error (broken deployment true)") || !strings.Contains(string(out), "processed_messages") {
+		t.Errorf("the generations binary after the switch to keytime: %s, %v; want a broken deployment naming processed_messages", out, err)
+	}
+	ib, err := inbox.New(b.pool, &inbox.Config{Schema: b.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ib.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ib.Run(ctx, "warehouse", key, b.genEffect("warehouse", key)); got != inbox.Processed || err != nil {
+		t.Errorf("%s = %v, %v; want processed", key, got, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.effects`); n != 1 {
+		t.Errorf("%d effects; want 1", n)
+	}
+}
+
+// buildOldClaim builds oldClaim against the module as of commit (git archive of this
 // repository's history) and returns the binary.
-func buildOldClaim(t *testing.T) string {
+func buildOldClaim(t *testing.T, commit string) string {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exec.CommandContext(t.Context(), "git", "-C", root, "cat-file", "-e", oldCommit+"^{commit}").Run(); err != nil {
+	if err := exec.CommandContext(t.Context(), "git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
 		// A shallow clone: the old version is not here to build. TestSwitchToGenerations runs
 		// the old claim's statement itself.
-		t.Skipf("this repository's history lacks %s (a shallow clone?), the version to build the old binary from: %v", oldCommit, err)
+		t.Skipf("this repository's history lacks %s (a shallow clone?), the version to build the old binary from: %v", commit, err)
 	}
 	dir := t.TempDir()
-	tarball, err := exec.CommandContext(t.Context(), "git", "-C", root, "archive", "--format=tar", oldCommit).Output()
+	tarball, err := exec.CommandContext(t.Context(), "git", "-C", root, "archive", "--format=tar", commit).Output()
 	if err != nil {
-		t.Fatalf("git archive %s (the test needs this repository's history): %v", oldCommit, err)
+		t.Fatalf("git archive %s (the test needs this repository's history): %v", commit, err)
 	}
 	untar := exec.CommandContext(t.Context(), "tar", "-x", "-C", dir)
 	untar.Stdin = bytes.NewReader(tarball)

@@ -34,8 +34,8 @@ func TestInboxLayout(t *testing.T) {
 		t.Errorf("events show: %s", r.stdout)
 	}
 	cli(t, "", append([]string{"purge", "--skip-queue-check", "--skip-keys", "--skip-outbox"}, dbArgs...)...).mustOK(t)
-	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "1", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "generations layout") {
-		t.Errorf("reverting 0005 in the generations layout: exit %d, %s", r.code, r.stderr)
+	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "2", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "generations layout") {
+		t.Errorf("reverting 0006 and 0005 in the generations layout: exit %d, %s", r.code, r.stderr)
 	}
 
 	// An inbox with rows keeps them in processed_messages_legacy, and says so.
@@ -50,5 +50,31 @@ func TestInboxLayout(t *testing.T) {
 	}
 	if r := cli(t, "", append([]string{"events", "show", "evt_9f3k"}, dbArgs2...)...).mustOK(t); !strings.Contains(r.stdout, "warehouse") {
 		t.Errorf("events show of a legacy row: %s", r.stdout)
+	}
+}
+
+// TestInboxLayoutKeyTime (PostgreSQL): `inbox layout keytime` switches a schema to the keytime
+// layout and says how it claims; a second switch, to either layout, is refused; stats and purge
+// work; reverting the migration that allows the layout is refused while the schema is in it.
+func TestInboxLayoutKeyTime(t *testing.T) {
+	t.Parallel()
+	_, dbArgs := migratedSchema(t, "cli_layout_kt")
+	schema := dbArgs[len(dbArgs)-1]
+	r := cli(t, "", append([]string{"inbox", "layout", "keytime", "--generation", "1d", "--yes"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "switched "+schema+" to the keytime layout, generations of 1d") || !strings.Contains(r.stdout, schema+": keytime, generations of 1d (a key that carries its time is one insert") {
+		t.Errorf("switch: %s", r.stdout)
+	}
+	for _, to := range []string{"generations", "keytime"} {
+		if r := cli(t, "", append([]string{"inbox", "layout", to, "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "in the keytime layout already") {
+			t.Errorf("a second switch, to %s: exit %d, %s", to, r.code, r.stderr)
+		}
+	}
+	cli(t, "", append([]string{"stats", "--no-age"}, dbArgs...)...).mustOK(t)
+	cli(t, "", append([]string{"purge", "--skip-queue-check", "--skip-keys", "--skip-outbox"}, dbArgs...)...).mustOK(t)
+	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "1", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "keytime layout") {
+		t.Errorf("reverting 0006 in the keytime layout: exit %d, %s", r.code, r.stderr)
+	}
+	if r := cli(t, "", append([]string{"inbox", "layout", "tables"}, dbArgs...)...); r.code != 2 || !strings.Contains(r.stderr, "want layout, layout generations or layout keytime") {
+		t.Errorf("a bad word: exit %d, %s", r.code, r.stderr)
 	}
 }

@@ -67,10 +67,14 @@ func TestMigrateDownIsExplicit(t *testing.T) {
 		t.Fatalf("the refusal does not say how to confirm: %s", r.stderr)
 	}
 
-	// The last migration drops the layout's one row, which asks; the one before it drops only an
-	// empty table (the sources of rows), and the one before that no table, so neither needs
-	// confirmation; --steps follows the action.
-	r := cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--only", "inbox", "--yes"}, dbArgs...)...).mustOK(t)
+	// The last migration drops no table; the one before it drops the layout's one row, which
+	// asks; the one before that drops only an empty table (the sources of rows), and the one
+	// before that no table, so neither needs confirmation; --steps follows the action.
+	r := cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--only", "inbox"}, dbArgs...)...).mustOK(t)
+	if !strings.Contains(r.stdout, "reverted 0006 (1 migration)") {
+		t.Fatalf("down --steps 1: %s", r.stdout)
+	}
+	r = cli(t, "", append([]string{"migrate", "down", "--steps", "1", "--only", "inbox", "--yes"}, dbArgs...)...).mustOK(t)
 	if !strings.Contains(r.stdout, "reverted 0005 (1 migration)") {
 		t.Fatalf("down --steps 1: %s", r.stdout)
 	}

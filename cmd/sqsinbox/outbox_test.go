@@ -99,7 +99,7 @@ func TestMigrateCoversTheOutbox(t *testing.T) {
 	// --all with the outbox already down reverts only the inbox (its layout's one row asks first).
 	mig("down", "--all").mustFail(t, 2, "inbox_layout (1 row)")
 	r = mig("down", "--all", "--yes").mustOK(t)
-	if !strings.Contains(r.stdout, "outbox: reverted nothing") || !strings.Contains(r.stdout, "inbox: reverted 0005, 0004, 0003, 0002, 0001 (5 migrations)") {
+	if !strings.Contains(r.stdout, "outbox: reverted nothing") || !strings.Contains(r.stdout, "inbox: reverted 0006, 0005, 0004, 0003, 0002, 0001 (6 migrations)") {
 		t.Fatalf("down --all: %s", r.stdout)
 	}
 }

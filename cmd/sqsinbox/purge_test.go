@@ -96,8 +96,8 @@ func TestPurgeWithoutTheKeysTableSaysSo(t *testing.T) {
 	t.Parallel()
 	_, dbArgs := setupPurge(t)
 	purge := append([]string{"purge", "--skip-queue-check"}, dbArgs...)
-	// 0005 (the layout) and 0004 (the inbox rows' delivery columns) first: the purge needs neither.
-	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "2", "--yes"}, dbArgs...)...).mustOK(t); !strings.Contains(r.stdout, "reverted 0005, 0004") {
+	// 0006 and 0005 (the layouts) and 0004 (the inbox rows' delivery columns) first: the purge needs none.
+	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "3", "--yes"}, dbArgs...)...).mustOK(t); !strings.Contains(r.stdout, "reverted 0006, 0005, 0004") {
 		t.Fatalf("down: %s", r.stdout)
 	}
 	for _, tc := range []struct{ down, want string }{

@@ -567,8 +567,8 @@ func TestConfigValidation(t *testing.T) {
 func TestCheckNeedsEveryMigration(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	// Down to 0002: 0005 and 0004 are the inbox's, 0003 the keys' expiry.
-	if _, err := inbox.MigrateDown(t.Context(), b.pool, b.schema, 3); err != nil {
+	// Down to 0002: 0006 to 0004 are the inbox's, 0003 the keys' expiry.
+	if _, err := inbox.MigrateDown(t.Context(), b.pool, b.schema, 4); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.mw.Check(t.Context()); !errors.Is(err, idempotency.ErrNotMigrated) || !strings.Contains(err.Error(), "expires_at") {

@@ -3,6 +3,8 @@ package inboxhandler_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,39 +72,55 @@ func TestEndToEnd(t *testing.T) {
 }
 
 // TestEndToEndGenerations (the pass's SQS server): the same in an inbox switched to the
-// generations layout (inbox.SwitchToGenerations) with rows from before the switch: every event
-// sent twice is applied once, and the events applied before the switch are duplicates.
+// generations layout (inbox.SwitchToGenerations), and to the keytime layout (inbox.SwitchToKeyTime;
+// half the events keyed by UUIDv7s, routed by their time, half by keys without a time), with rows
+// from before the switch: every event sent twice is applied once, and the events applied before
+// the switch are duplicates.
 func TestEndToEndGenerations(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	c := srv.Client()
-	ids, msgs := events(200)
-	for _, id := range ids[:50] { // applied in the table layout, before the switch
-		if _, err := b.ib.Run(t.Context(), "warehouse", id, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `INSERT INTO `+b.schema+`.effects (event_id) VALUES ($1)`, id)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := inbox.SwitchToGenerations(t.Context(), b.pool, b.schema, 14*24*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "e2e-gen", MaxReceiveCount: 5})
-	if err := sqstest.Send(t.Context(), c, q.URL, append(msgs, msgs...)); err != nil {
-		t.Fatal(err)
-	}
-	met := &counters{}
-	w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 8, WaitTime: time.Second,
-		Metrics: met, Handler: b.handler(t, nil)})
-	sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
-	workertest.Stop(t, w)
-	b.checkOnce(t, ids)
-	if p, d := met.processed.Load(), met.duplicates.Load(); p != 150 || d != 250 {
-		t.Errorf("processed %d, duplicates %d; want 150 and 250", p, d)
-	}
-	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.processed_events`); n != 150 {
-		t.Errorf("%d rows in processed_events; want 150", n)
+	for _, layout := range []string{inbox.LayoutGenerations, inbox.LayoutKeyTime} {
+		t.Run(layout, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			c := srv.Client()
+			ids, msgs := events(200)
+			switchTo := inbox.SwitchToGenerations
+			if layout == inbox.LayoutKeyTime {
+				switchTo = inbox.SwitchToKeyTime
+				ms := uint64(time.Now().UnixMilli())
+				for i := 0; i < len(ids); i += 2 {
+					ids[i] = fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, i, 0x8000|rand.IntN(0x4000), rand.Int64N(1<<48))
+					msgs[i].Body = fmt.Sprintf(`{"id":%q,"order":"o-%d"}`, ids[i], i)
+				}
+			}
+			for _, id := range ids[:50] { // applied in the table layout, before the switch
+				if _, err := b.ib.Run(t.Context(), "warehouse", id, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, `INSERT INTO `+b.schema+`.effects (event_id) VALUES ($1)`, id)
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := switchTo(t.Context(), b.pool, b.schema, 14*24*time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "e2e-gen", MaxReceiveCount: 5})
+			if err := sqstest.Send(t.Context(), c, q.URL, append(msgs, msgs...)); err != nil {
+				t.Fatal(err)
+			}
+			met := &counters{}
+			w := workertest.Start(t, c, &worker.Config{QueueURL: q.URL, Concurrency: 8, WaitTime: time.Second,
+				Metrics: met, Handler: b.handler(t, nil)})
+			sqstest.WaitCount(t, c, q.URL, 0, 60*time.Second)
+			workertest.Stop(t, w)
+			b.checkOnce(t, ids)
+			if p, d := met.processed.Load(), met.duplicates.Load(); p != 150 || d != 250 {
+				t.Errorf("processed %d, duplicates %d; want 150 and 250", p, d)
+			}
+			if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.processed_events`); n != 150 {
+				t.Errorf("%d rows in processed_events; want 150", n)
+			}
+		})
 	}
 }
 
