@@ -39,6 +39,17 @@ func (g *keygen) uuid() [16]byte {
 	return b
 }
 
+// v7 is a UUIDv7 of time at (its 74 other bits random).
+func (g *keygen) v7(at time.Time) string {
+	b := g.uuid()
+	ms := uint64(at.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	b[6] = b[6]&0x0f | 0x70
+	return uuidString(b)
+}
+
 func uuidString(b [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

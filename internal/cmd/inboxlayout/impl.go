@@ -15,13 +15,16 @@ import (
 )
 
 // implLayout is an inbox of the inbox package itself in a schema of its own: the table layout, or
-// the generations layout of generation g.
+// the generations or keytime layout of generation g, claimed with random (UUIDv4) keys or with
+// UUIDv7 keys of the claim's time (v7).
 type implLayout struct {
-	name   string
-	schema string
-	g      time.Duration // 0: the table layout
-	pool   *pgxpool.Pool
-	ib     *inbox.Inbox
+	name    string
+	schema  string
+	g       time.Duration // 0: the table layout
+	keyTime bool          // the keytime layout (g > 0)
+	v7      bool
+	pool    *pgxpool.Pool
+	ib      *inbox.Inbox
 }
 
 // stageInbox measures the inbox package's claim path, the table layout against the generations
@@ -37,8 +40,10 @@ func stageInbox(ctx context.Context, e *env, o options) error {
 		{name: "table", schema: "impl_t"},
 		{name: "generations, G = 7 d", schema: "impl_g7", g: 7 * 24 * time.Hour},
 		{name: "generations, G = 14 d", schema: "impl_g14", g: 14 * 24 * time.Hour},
+		{name: "table, UUIDv7 keys", schema: "impl_t7", v7: true},
+		{name: "keytime, G = 14 d, UUIDv7 keys", schema: "impl_k14", g: 14 * 24 * time.Hour, keyTime: true, v7: true},
 	}
-	defer dropSchemas(ctx, e, "impl_t", "impl_g7", "impl_g14")
+	defer dropSchemas(ctx, e, "impl_t", "impl_g7", "impl_g14", "impl_t7", "impl_k14")
 	for _, l := range ls {
 		if err := l.open(ctx, e, o.workers); err != nil {
 			return err
@@ -114,7 +119,12 @@ func (l *implLayout) open(ctx context.Context, e *env, workers int) error {
 	if _, err := l.pool.Exec(ctx, fmt.Sprintf(effectsDDL, l.schema)); err != nil {
 		return err
 	}
-	if l.g > 0 {
+	switch {
+	case l.keyTime:
+		if err := inbox.SwitchToKeyTime(ctx, l.pool, l.schema, l.g); err != nil {
+			return err
+		}
+	case l.g > 0:
 		if err := inbox.SwitchToGenerations(ctx, l.pool, l.schema, l.g); err != nil {
 			return err
 		}
@@ -149,6 +159,9 @@ func (l *implLayout) run(ctx context.Context, e *env, events, batch, workers int
 				var items []inbox.Item
 				for _, it := range kg.batch(batch) {
 					key := it.key
+					if l.v7 {
+						key = kg.v7(time.Now())
+					}
 					items = append(items, inbox.Item{Handler: it.handler, Key: key, Delivery: inbox.Delivery{Queue: "bench", MessageID: uuidString(it.msgID), ReceiveCount: 1},
 						Fn: func(ctx context.Context, tx pgx.Tx) error {
 							_, err := tx.Exec(ctx, "INSERT INTO "+l.schema+".effects (event_id, handler) VALUES ($1, $2)", key, "h")

@@ -108,3 +108,22 @@ func TestStressSwitch(t *testing.T) {
 		}
 	}
 }
+
+// TestPackageStages (PostgreSQL): the stages that measure the inbox package run end to end on a
+// small inbox (a few thousand rows, one round), so that the benchmark keeps working: the loaders
+// make tables the package claims in, and its purge forgets the loaded rows in both layouts.
+func TestPackageStages(t *testing.T) {
+	ctx := t.Context()
+	e, err := openEnv(ctx, db.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	o := options{rows: 4000, rounds: 1, events: 800, batch: 10, workers: 4, loadPar: 2,
+		forgetRows: "3000", liveRows: 2000, lead: 500 * time.Millisecond}
+	for name, stage := range map[string]func(context.Context, *env, options) error{"inbox": stageInbox, "package": stagePackage, "pkgforget": stagePkgForget} {
+		if err := stage(ctx, e, o); err != nil {
+			t.Errorf("stage %s: %v", name, err)
+		}
+	}
+}

@@ -13,8 +13,9 @@
 //
 //	go run ./internal/cmd/inboxlayout -stage correctness|claims|forget|empty|xmin|inbox [-rows 50000000] [-pg URL]
 //
-// The stage inbox measures the inbox package itself: its table layout against its generations
-// layout (inbox.SwitchToGenerations), on an empty inbox, interleaved.
+// The stage inbox measures the inbox package itself: its table layout against its generations and
+// keytime layouts (inbox.SwitchToGenerations, inbox.SwitchToKeyTime), on an empty inbox,
+// interleaved; the stage package the same layouts with -rows rows loaded, against empty, and cold.
 //
 // Without -pg it starts a throwaway PostgreSQL cluster (internal/pgtest) with pg_stat_statements,
 // wal_level=minimal (bulk loads skip the WAL) and -shared-buffers, and removes it at the end.
@@ -46,11 +47,12 @@ type options struct {
 	xminChunk     int
 	xminGenRows   int64
 	loadPar       int
+	lead          time.Duration
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.stage, "stage", "", "correctness | claims | forget | empty | xmin | inbox (the inbox package's two layouts)")
+	flag.StringVar(&o.stage, "stage", "", "correctness | claims | forget | empty | xmin | inbox (the inbox package's layouts, empty) | package (the package's layouts, loaded with -rows) | pkgforget (the package's purge of -forget-rows)")
 	flag.StringVar(&o.pg, "pg", "", "PostgreSQL URL to use (default: a throwaway cluster of its own; only that one can be restarted for cold runs)")
 	flag.Int64Var(&o.rows, "rows", 50_000_000, "claims: rows preloaded in each loaded layout")
 	flag.IntVar(&o.rounds, "rounds", 0, "interleaved rounds (0: 5 for claims, 10 for empty)")
@@ -64,17 +66,18 @@ func main() {
 	flag.IntVar(&o.xminChunk, "xmin-chunk", 200_000, "xmin: claims per measured chunk")
 	flag.Int64Var(&o.xminGenRows, "xmin-gen-rows", 2_000_000, "xmin: rows preloaded per generation (5 generations, G = 7 d)")
 	flag.IntVar(&o.loadPar, "load-par", 2, "tables loaded in parallel")
+	flag.DurationVar(&o.lead, "lead", 5*time.Second, "pkgforget: claims measured before the purge starts")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	stages := map[string]func(context.Context, *env, options) error{
 		"correctness": stageCorrectness, "claims": stageClaims, "forget": stageForget, "empty": stageEmpty, "xmin": stageXmin,
-		"inbox": stageInbox,
+		"inbox": stageInbox, "package": stagePackage, "pkgforget": stagePkgForget,
 	}
 	run, ok := stages[o.stage]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "inboxlayout: -stage must be one of correctness, claims, forget, empty, xmin, inbox")
+		fmt.Fprintln(os.Stderr, "inboxlayout: -stage must be one of correctness, claims, forget, empty, xmin, inbox, package, pkgforget")
 		os.Exit(2)
 	}
 	e, err := openEnv(ctx, o.pg, o.sharedBuffers)
