@@ -102,6 +102,11 @@ func stageInbox(ctx context.Context, e *env, o options) error {
 }
 
 func (l *implLayout) open(ctx context.Context, e *env, workers int) error {
+	return l.openWith(ctx, e, workers, &inbox.Config{})
+}
+
+// openWith is open with the inbox's config (its Schema set here).
+func (l *implLayout) openWith(ctx context.Context, e *env, workers int, ibCfg *inbox.Config) error {
 	if _, err := e.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+l.schema+" CASCADE"); err != nil {
 		return err
 	}
@@ -129,7 +134,9 @@ func (l *implLayout) open(ctx context.Context, e *env, workers int) error {
 			return err
 		}
 	}
-	if l.ib, err = inbox.New(l.pool, &inbox.Config{Schema: l.schema}); err != nil {
+	c := *ibCfg
+	c.Schema = l.schema
+	if l.ib, err = inbox.New(l.pool, &c); err != nil {
 		return err
 	}
 	return l.ib.Check(ctx)
