@@ -58,6 +58,17 @@ func stageInbox(ctx context.Context, e *env, o options) error {
 	}
 	rates, cpus := make([][]float64, len(ls)), make([][]float64, len(ls))
 	rateRatio, cpuRatio := make([][]float64, len(ls)), make([][]float64, len(ls))
+	// Each layout against the table layout claimed with keys of the same kind (the first table
+	// layout in ls with the same v7).
+	rateSame, cpuSame, sameKeys := make([][]float64, len(ls)), make([][]float64, len(ls)), make([]int, len(ls))
+	for i, l := range ls {
+		for j, t := range ls {
+			if t.g == 0 && t.v7 == l.v7 {
+				sameKeys[i] = j
+				break
+			}
+		}
+	}
 	for r := range rounds {
 		rr, cr := make([]float64, len(ls)), make([]float64, len(ls))
 		for j := range ls {
@@ -77,8 +88,10 @@ func stageInbox(ctx context.Context, e *env, o options) error {
 			log.Printf("round %d %-24s %7.0f claims/s  cpu %.0f µs/claim", r+1, l.name, res.rate(), res.cpuUS())
 		}
 		for i := range ls {
+			ref := sameKeys[i]
 			rates[i], cpus[i] = append(rates[i], rr[i]), append(cpus[i], cr[i])
 			rateRatio[i], cpuRatio[i] = append(rateRatio[i], rr[i]/rr[0]), append(cpuRatio[i], cr[i]/cr[0])
+			rateSame[i], cpuSame[i] = append(rateSame[i], rr[i]/rr[ref]), append(cpuSame[i], cr[i]/cr[ref])
 		}
 	}
 	if e.pss && *dumpPSS {
@@ -94,10 +107,11 @@ func stageInbox(ctx context.Context, e *env, o options) error {
 	}
 	var rows [][]string
 	for i, l := range ls {
-		rows = append(rows, []string{l.name, spread(rates[i], "%.0f"), spread(rateRatio[i], "%.3f"), spread(cpus[i], "%.0f"), spread(cpuRatio[i], "%.3f")})
+		rows = append(rows, []string{l.name, spread(rates[i], "%.0f"), spread(rateRatio[i], "%.3f"), spread(cpus[i], "%.0f"), spread(cpuRatio[i], "%.3f"),
+			spread(rateSame[i], "%.3f"), spread(cpuSame[i], "%.3f")})
 	}
-	table(fmt.Sprintf("The inbox package on an empty inbox, %d interleaved rounds (%d events a run, batches of %d, %d connections): median [min..max]; ratio = this layout / the table layout in the same round",
-		rounds, o.events, o.batch, o.workers), []string{"layout", "claims/s", "vs table", "server CPU µs/claim", "vs table"}, rows)
+	table(fmt.Sprintf("The inbox package on an empty inbox, %d interleaved rounds (%d events a run, batches of %d, %d connections): median [min..max]; ratio = this layout / the table layout (random keys, or the same keys) in the same round",
+		rounds, o.events, o.batch, o.workers), []string{"layout", "claims/s", "vs table", "server CPU µs/claim", "vs table", "claims/s vs table, same keys", "CPU vs table, same keys"}, rows)
 	return nil
 }
 
