@@ -112,9 +112,13 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 	if t.Floor != nil {
 		where += " AND " + sqlident.Quote(t.Floor.Column) + " < $3"
 	}
-	// ctid batches keep each statement, and the locks it takes, short.
+	// ctid batches keep each statement, and the locks it takes, short. ORDER BY the column walks
+	// its index from the oldest row: without it the planner may scan the heap from its start,
+	// past every row the earlier batches deleted and vacuum has not yet removed (a purge of a
+	// million rows beside a million live ones, claims running, took 196 s that way, each batch
+	// rescanning them, and 10 s with it).
 	del := "DELETE FROM " + table + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + table +
-		" WHERE " + where + " LIMIT $2))"
+		" WHERE " + where + " ORDER BY " + sqlident.Quote(t.Column) + " LIMIT $2))"
 	args := []any{res.Horizon, t.BatchSize}
 	if t.Floor != nil {
 		args = append(args, floor)
