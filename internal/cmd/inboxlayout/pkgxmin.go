@@ -114,12 +114,20 @@ func xminPkg(ctx context.Context, e *env, o options, l *implLayout, chunk func(r
 		if err != nil {
 			return err
 		}
+		// The purge, cut at -xmin-purge-max (a DELETE behind a held xmin can take many minutes; a
+		// cut one says so in the log, and its time is the cut).
 		p0 := now()
-		pr, err := l.ib.PurgeOlderThan(ctx, 2*time.Minute, nil)
-		if err != nil {
+		pctx, cancel := context.WithTimeout(ctx, o.xminPurgeMax)
+		pr, err := l.ib.PurgeOlderThan(pctx, 2*time.Minute, nil)
+		cut := pctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err != nil && !cut {
 			return err
 		}
 		purgeS := since(p0)
+		if cut {
+			log.Printf("%s: the purge was cut after %.0f s", l.name, purgeS)
+		}
 		var mb float64
 		err = e.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_relation_size(c.oid) + pg_indexes_size(c.oid)), 0) / 1e6
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
