@@ -53,7 +53,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.stage, "stage", "", "correctness | claims | forget | empty | xmin | inbox (the inbox package's layouts, empty) | package (the package's layouts, loaded with -rows) | pkgforget (the package's purge of -forget-rows) | pkgxmin (the package under a held xmin)")
+	flag.StringVar(&o.stage, "stage", "", "correctness | claims | forget | empty | xmin | inbox (the inbox package's layouts, empty) | package (the package's layouts, loaded with -rows) | pkgforget (the package's purge of -forget-rows) | pkgxmin (the package under a held xmin) | purgeab (the table layout's purge statement, before and after)")
 	flag.StringVar(&o.pg, "pg", "", "PostgreSQL URL to use (default: a throwaway cluster of its own; only that one can be restarted for cold runs)")
 	flag.Int64Var(&o.rows, "rows", 50_000_000, "claims: rows preloaded in each loaded layout")
 	flag.IntVar(&o.rounds, "rounds", 0, "interleaved rounds (0: 5 for claims, 10 for empty)")
@@ -75,11 +75,11 @@ func main() {
 	defer stop()
 	stages := map[string]func(context.Context, *env, options) error{
 		"correctness": stageCorrectness, "claims": stageClaims, "forget": stageForget, "empty": stageEmpty, "xmin": stageXmin,
-		"inbox": stageInbox, "package": stagePackage, "pkgforget": stagePkgForget, "pkgxmin": stagePkgXmin,
+		"inbox": stageInbox, "package": stagePackage, "pkgforget": stagePkgForget, "pkgxmin": stagePkgXmin, "purgeab": stagePurgeAB,
 	}
 	run, ok := stages[o.stage]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "inboxlayout: -stage must be one of correctness, claims, forget, empty, xmin, inbox, package, pkgforget, pkgxmin")
+		fmt.Fprintln(os.Stderr, "inboxlayout: -stage must be one of correctness, claims, forget, empty, xmin, inbox, package, pkgforget, pkgxmin, purgeab")
 		os.Exit(2)
 	}
 	e, err := openEnv(ctx, o.pg, o.sharedBuffers)

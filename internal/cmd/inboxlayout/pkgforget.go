@@ -70,7 +70,7 @@ func forgetPkg(ctx context.Context, e *env, o options, l *implLayout, n int64) (
 		}})
 	} else {
 		jobs[0] = loadJob{name: l.name, run: func(ctx context.Context) error {
-			return l.loadTableSlices(ctx, e, []tslice{{o.liveRows, t0.Add(-28 * 24 * time.Hour), t0.Add(-time.Minute)}, {n, from, to}})
+			return l.loadTableSlices(ctx, e, []tslice{{o.liveRows, t0.Add(-27 * 24 * time.Hour), t0.Add(-time.Minute)}, {n, from, to}})
 		}}
 	}
 	if err := runJobs(ctx, o.loadPar, jobs); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
@@ -107,36 +108,41 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("purge: read the database clock: %w", err)
 	}
-	table := sqlident.Quote(t.Schema, t.Table)
-	where := sqlident.Quote(t.Column) + " < $1"
+	table, col := sqlident.Quote(t.Schema, t.Table), sqlident.Quote(t.Column)
+	where := col + " < $1 AND " + col + " >= $3"
 	if t.Floor != nil {
-		where += " AND " + sqlident.Quote(t.Floor.Column) + " < $3"
+		where += " AND " + sqlident.Quote(t.Floor.Column) + " < $4"
 	}
-	// ctid batches keep each statement, and the locks it takes, short. ORDER BY the column walks
-	// its index from the oldest row: without it the planner may scan the heap from its start,
-	// past every row the earlier batches deleted and vacuum has not yet removed (a purge of a
-	// million rows beside a million live ones, claims running, took 196 s that way, each batch
-	// rescanning them, and 10 s with it).
-	del := "DELETE FROM " + table + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + table +
-		" WHERE " + where + " ORDER BY " + sqlident.Quote(t.Column) + " LIMIT $2))"
-	args := []any{res.Horizon, t.BatchSize}
-	if t.Floor != nil {
-		args = append(args, floor)
-	}
+	// ctid batches keep each statement, and the locks it takes, short. Each batch walks the
+	// column's index (ORDER BY) from where the last one stopped ($3, the latest value it
+	// deleted; >= so that rows tied with it that the LIMIT left are found): never from the heap's
+	// start or the index's, past the rows earlier batches deleted and vacuum has not yet removed,
+	// which makes each batch cost more than the one before.
+	del := "WITH d AS (DELETE FROM " + table + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + table +
+		" WHERE " + where + " ORDER BY " + col + " LIMIT $2)) RETURNING " + col + ") SELECT count(*), max(" + col + ") FROM d"
+	from := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		tag, err := conn.Exec(ctx, del, args...)
-		if err != nil {
+		args := []any{res.Horizon, t.BatchSize, from}
+		if t.Floor != nil {
+			args = append(args, floor)
+		}
+		var n int64
+		var last pgtype.Timestamptz
+		if err := conn.QueryRow(ctx, del, args...).Scan(&n, &last); err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
 		}
 		res.Batches++
-		res.Deleted += tag.RowsAffected()
+		res.Deleted += n
+		if last.Valid {
+			from = last
+		}
 		if t.OnBatch != nil {
 			t.OnBatch(res.Deleted)
 		}
-		if tag.RowsAffected() < int64(t.BatchSize) {
+		if n < int64(t.BatchSize) {
 			return res, nil
 		}
 	}
