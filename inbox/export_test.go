@@ -10,5 +10,5 @@ func SetClock(ib *Inbox, now func() time.Time) { ib.now = now }
 
 // Rotate runs one rotation of the generations (PurgeOlderThan's, with the rotation's report).
 func Rotate(ib *Inbox, age time.Duration) (Rotation, error) {
-	return ib.rotate(context.Background(), ib.readLayout(context.Background()), age)
+	return ib.Rotate(context.Background(), age)
 }

@@ -367,6 +367,24 @@ type Rotation struct {
 	Horizon time.Time
 	// Skipped: another process held the rotation's lock.
 	Skipped bool
+	// Detach is the time spent detaching the dropped generations (claims wait while a DETACH
+	// holds processed_events's lock); Drop the time spent dropping them once detached (freeing
+	// their files, off the claims' path).
+	Detach, Drop time.Duration
+}
+
+// Rotate runs one rotation of the generations (what [Inbox.PurgeOlderThan] runs in the generations
+// and keytime layouts), forgetting the generations that ended before now - age and its clock
+// margins, and reports it. It refuses an age shorter than the retention, and the table layout.
+func (ib *Inbox) Rotate(ctx context.Context, age time.Duration) (Rotation, error) {
+	if age < ib.cfg.Retention {
+		return Rotation{}, fmt.Errorf("inbox: rotate age %v is shorter than the retention %v: rows still needed to catch redeliveries would go", age, ib.cfg.Retention)
+	}
+	l := ib.readLayout(ctx)
+	if l == nil {
+		return Rotation{}, fmt.Errorf("inbox: schema %q is in the table layout: it has no generations to rotate (Purge deletes its rows)", ib.cfg.Schema)
+	}
+	return ib.rotate(ctx, l, age)
 }
 
 // rotate makes the generations around now (ensure), then drops those that ended before now - age
@@ -415,13 +433,22 @@ func (ib *Inbox) rotateGenerations(ctx context.Context, l *genLayout, age time.D
 		if g >= dropBelow {
 			continue
 		}
-		stmts := []string{"DROP TABLE " + partition(ib.cfg.Schema, g)}
+		// The DETACH in a transaction of its own: it holds processed_events's exclusive lock,
+		// which claims wait for, until its commit, and a DROP's commit frees the table's files
+		// (in proportion to their size) before it lets its locks go. The DROP then locks only the
+		// detached table, which no claim reads.
 		if p.attached {
-			stmts = append([]string{"ALTER TABLE " + l.table + " DETACH PARTITION " + partition(ib.cfg.Schema, g)}, stmts...)
+			t := time.Now()
+			if err := ib.ddl(ctx, conn.Conn(), &r, "ALTER TABLE "+l.table+" DETACH PARTITION "+partition(ib.cfg.Schema, g)); err != nil {
+				return r, fmt.Errorf("inbox: rotate: detach generation %d: %w", g, err)
+			}
+			r.Detach += time.Since(t)
 		}
-		if err := ib.ddl(ctx, conn.Conn(), &r, stmts...); err != nil {
-			return r, fmt.Errorf("inbox: rotate: drop generation %d: %w", g, err)
+		t := time.Now()
+		if err := ib.ddl(ctx, conn.Conn(), &r, "DROP TABLE "+partition(ib.cfg.Schema, g)); err != nil {
+			return r, fmt.Errorf("inbox: rotate: drop generation %d (detached): %w", g, err)
 		}
+		r.Drop += time.Since(t)
 		r.Dropped = append(r.Dropped, g)
 		r.Rows += max(p.tuples, 0)
 	}

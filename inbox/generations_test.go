@@ -678,3 +678,30 @@ func TestGenerationsHandlerSettings(t *testing.T) {
 		t.Fatal(out, err)
 	}
 }
+
+// TestRotateReports (PostgreSQL): Rotate refuses the table layout and an age under the retention,
+// and in the generations layout reports the time it spent detaching and dropping a generation
+// past the retention, which is gone after it.
+func TestRotateReports(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, &inbox.Config{Retention: time.Hour})
+	if _, err := b.ib.Rotate(ctx, time.Hour); err == nil || !strings.Contains(err.Error(), "table layout") {
+		t.Errorf("Rotate in the table layout: %v; want a refusal naming the table layout", err)
+	}
+	g := genSetup(t, &inbox.Config{Retention: time.Hour})
+	if _, err := g.ib.Rotate(ctx, time.Minute); err == nil || !strings.Contains(err.Error(), "shorter than the retention") {
+		t.Errorf("Rotate under the retention: %v; want a refusal", err)
+	}
+	if out, err := g.ib.Run(ctx, "warehouse", "evt_old", g.effect("warehouse", "evt_old")); out != inbox.Processed || err != nil {
+		t.Fatal(out, err)
+	}
+	g.clock.advance(2 * time.Hour)
+	r, err := g.ib.Rotate(ctx, time.Hour)
+	if err != nil || len(r.Dropped) == 0 || r.Detach <= 0 || r.Drop <= 0 {
+		t.Fatalf("Rotate = %+v, %v; want generations dropped, with their detach and drop times", r, err)
+	}
+	if n := g.count(t, `SELECT count(*) FROM `+g.schema+`.processed_events WHERE event_id = 'evt_old'`); n != 0 {
+		t.Errorf("the row past the retention is still there (%d)", n)
+	}
+}
