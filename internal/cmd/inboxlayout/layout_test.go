@@ -120,7 +120,7 @@ func TestPackageStages(t *testing.T) {
 	}
 	defer e.close()
 	o := options{rows: 4000, rounds: 1, events: 800, batch: 10, workers: 4, loadPar: 2,
-		forgetRows: "3000", liveRows: 2000, lead: 500 * time.Millisecond, xminClaims: 1600, xminChunk: 800, xminGenRows: 2000, xminPurgeMax: time.Minute}
+		forgetRows: "3000", liveRows: 2000, lead: 500 * time.Millisecond, xminClaims: 1600, xminChunk: 800, xminGenRows: 2000, xminPurgeMax: time.Minute, xminLayouts: "table,generations,keytime"}
 	for name, stage := range map[string]func(context.Context, *env, options) error{"inbox": stageInbox, "package": stagePackage, "pkgforget": stagePkgForget, "pkgxmin": stagePkgXmin, "purgeab": stagePurgeAB} {
 		if err := stage(ctx, e, o); err != nil {
 			t.Errorf("stage %s: %v", name, err)

@@ -49,6 +49,7 @@ type options struct {
 	loadPar       int
 	lead          time.Duration
 	xminPurgeMax  time.Duration
+	xminLayouts   string
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.IntVar(&o.xminChunk, "xmin-chunk", 200_000, "xmin: claims per measured chunk")
 	flag.Int64Var(&o.xminGenRows, "xmin-gen-rows", 2_000_000, "xmin: rows preloaded per generation (5 generations, G = 7 d)")
 	flag.IntVar(&o.loadPar, "load-par", 2, "tables loaded in parallel")
+	flag.StringVar(&o.xminLayouts, "xmin-layouts", "table,generations,keytime", "pkgxmin: the layouts to run, comma-separated")
 	flag.DurationVar(&o.xminPurgeMax, "xmin-purge-max", time.Minute, "pkgxmin: the longest a purge may run before it is cut")
 	flag.DurationVar(&o.lead, "lead", 5*time.Second, "pkgforget: claims measured before the purge starts")
 	flag.Parse()

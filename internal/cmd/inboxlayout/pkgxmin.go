@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
@@ -26,9 +27,18 @@ func stagePkgXmin(ctx context.Context, e *env, o options) error {
 		purges       []float64
 	}
 	runs := map[string]*run{}
-	ls := []*implLayout{
+	var ls []*implLayout
+	for _, l := range []*implLayout{
 		{name: "table", schema: "px_t"},
 		{name: "generations G = 1 min", schema: "px_g", g: time.Minute},
+		{name: "keytime G = 1 min, UUIDv7 keys", schema: "px_k", g: time.Minute, keyTime: true, v7: true},
+	} {
+		if strings.Contains(","+o.xminLayouts+",", ","+strings.Fields(l.name)[0]+",") {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		return fmt.Errorf("-xmin-layouts %q names none of table, generations, keytime", o.xminLayouts)
 	}
 	for _, l := range ls {
 		r := &run{}
