@@ -272,10 +272,11 @@ func TestKeyTimeOneEffect(t *testing.T) {
 	offsets := []time.Duration{0, 20 * time.Second, -50 * time.Second, -3 * time.Minute, 3 * time.Minute, -9 * time.Minute, -11 * time.Minute, -3 * time.Hour}
 	var keys []string
 	for i := range 40 {
-		switch at := t0.Add(offsets[i%len(offsets)]); {
-		case i%10 == 9:
+		at := t0.Add(offsets[i%len(offsets)])
+		switch i % 10 {
+		case 9:
 			keys = append(keys, fmt.Sprintf("evt_%02d", i))
-		case i%10 == 8:
+		case 8:
 			keys = append(keys, ulid(at, i))
 		default:
 			keys = append(keys, v7(at, i))
