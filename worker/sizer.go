@@ -12,11 +12,11 @@ import (
 // moving R messages a second through a ReceiveMessage that takes L seconds needs about R × L
 // messages on their way from SQS at any moment: on the loopback L is a millisecond and a few
 // pollers do; with SQS 20 ms away, as in AWS, the same worker needs several times more. So, when
-// Config.Pollers is 0, the worker measures L (the mean ReceiveMessage call that returned
-// messages) and R (messages settled per second) and runs ceil(1.3 × R × L / BatchSize) + 1
-// pollers, never fewer than DefaultPollers gives and never more than MaxPollers; while the
-// receives are what limits R, that is more than run now, so the count grows until the runners
-// are the limit. When Config.Prefetch is 0, the slots grow with the pollers, so that the
+// Config.Pollers is 0, the worker measures L (the fastest ReceiveMessage call that returned
+// messages: the round trip without the wait in the server's queue, see roundTrip) and R
+// (messages settled per second) and runs ceil(1.3 × R × L / BatchSize) + 1 pollers, never fewer
+// than DefaultPollers gives and never more than MaxPollers; while the receives are what limits R,
+// that is more than run now, so the count grows until the runners or the server are the limit. When Config.Prefetch is 0, the slots grow with the pollers, so that the
 // messages on their way have room: the capacity is Concurrency × HandlerBatch plus the larger of
 // that and pollers × BatchSize.
 
@@ -62,7 +62,9 @@ type sizer struct {
 	wakeMu  sync.Mutex
 	started int // poller goroutines started (under wakeMu): they start as the count first grows
 
-	recvNanos, recvCalls atomic.Int64 // ReceiveMessage calls that returned messages, and their time
+	recvCalls atomic.Int64 // ReceiveMessage calls that returned messages
+	recvMin   atomic.Int64 // the fastest of them since the last look, in nanoseconds (0: none)
+	minL      float64      // the round trip the pollers are sized from: the fastest receive seen, drifting up 1% a look
 
 	autoRun    bool // the runners are sized (Config.Concurrency was 0, the handler a ConcurrencyLimiter)
 	minR, maxR int
@@ -155,8 +157,13 @@ func (s *sizer) holdReserve(e *engine) {
 
 // receiveTook records a ReceiveMessage call that returned messages.
 func (s *sizer) receiveTook(d time.Duration) {
-	s.recvNanos.Add(int64(d))
 	s.recvCalls.Add(1)
+	for {
+		m := s.recvMin.Load()
+		if m != 0 && m <= int64(d) || s.recvMin.CompareAndSwap(m, int64(d)) {
+			return
+		}
+	}
 }
 
 // active reports whether poller i may receive now; when not, it returns a channel closed when the
@@ -181,13 +188,13 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 	t := time.NewTicker(sizeEvery)
 	defer t.Stop()
 	last, lastSettled := time.Now(), e.settled.Load()
-	var lastNanos, lastCalls, lastBusy, lastRun int64
+	var lastCalls, lastBusy, lastRun int64
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			settled, nanos, calls := e.settled.Load(), s.recvNanos.Load(), s.recvCalls.Load()
+			settled, calls := e.settled.Load(), s.recvCalls.Load()
 			busy, ran := e.runNanos.Load(), e.runMsgs.Load()
 			window := now.Sub(last).Seconds()
 			pollers, runners := int(s.pollers.Load()), int(s.runners.Load())
@@ -202,15 +209,14 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 			default:
 				if s.auto && calls > lastCalls {
 					rate := float64(settled-lastSettled) / window
-					l := time.Duration((nanos - lastNanos) / (calls - lastCalls)).Seconds()
-					pollers = s.want(rate, l)
+					pollers = s.want(rate, s.roundTrip())
 				}
 				if s.autoRun && ran > lastRun {
 					runners = s.wantRunners(runners, time.Duration(busy-lastBusy).Seconds(), int(ran-lastRun), window, e.held.Load())
 				}
 				s.resize(e, pollers, runners, false)
 			}
-			last, lastSettled, lastNanos, lastCalls, lastBusy, lastRun = now, settled, nanos, calls, busy, ran
+			last, lastSettled, lastCalls, lastBusy, lastRun = now, settled, calls, busy, ran
 		}
 	}
 }
@@ -234,6 +240,25 @@ func (s *sizer) wantRunners(cur int, busy float64, msgs int, window float64, hel
 		return max(cur-1, s.minR)
 	}
 	return cur
+}
+
+// roundTrip is the receive time the pollers are sized from, in seconds: the fastest receive
+// that returned messages, seen since the last look or earlier (drifting up 1% a look, so that a
+// route that became slower is followed). Not the mean: a receive also waits in the server's queue,
+// and that wait grows with the receives in flight. Sized from the mean, more pollers would
+// lengthen the receives, which would ask for more pollers, up to MaxPollers, on any server that
+// is the limit (an emulator on the worker's cores, or a throttled queue), each holding messages
+// the runners cannot take.
+func (s *sizer) roundTrip() float64 {
+	if m := s.recvMin.Swap(0); m > 0 {
+		l := time.Duration(m).Seconds()
+		if s.minL == 0 || l < s.minL {
+			s.minL = l
+			return l
+		}
+	}
+	s.minL *= 1.01
+	return s.minL
 }
 
 // want is the pollers that keep R × L messages on their way, with a margin.
