@@ -121,7 +121,7 @@ func (rl *Relay) publish(ctx context.Context, batch []*row) []error {
 			}
 			in.Entries[i] = e
 		}
-		out, err := rl.cfg.SQS.SendMessageBatch(ctx, in, plainSQSRequestBodies)
+		out, err := rl.cfg.SQS.SendMessageBatch(ctx, in, rl.sqsOpt)
 		if callErr = err; err == nil {
 			for _, s := range out.Successful {
 				succeeded(aws.ToString(s.Id))
@@ -151,7 +151,7 @@ func (rl *Relay) publish(ctx context.Context, batch []*row) []error {
 			}
 			in.PublishBatchRequestEntries[i] = e
 		}
-		out, err := rl.cfg.SNS.PublishBatch(ctx, in, plainSNSRequestBodies)
+		out, err := rl.cfg.SNS.PublishBatch(ctx, in, rl.snsOpt)
 		if callErr = err; err == nil {
 			for _, s := range out.Successful {
 				succeeded(aws.ToString(s.Id))
@@ -172,12 +172,33 @@ func (rl *Relay) publish(ctx context.Context, batch []*row) []error {
 	return errs
 }
 
-// plainSQSRequestBodies and plainSNSRequestBodies work around an aws-sdk-go-v2 fault (#2737) in
-// the HTTP layer every client shares (see internal/core/plainbody): a SendMessageBatch or
-// PublishBatch retried after a lost answer sends twice.
-func plainSQSRequestBodies(o *sqs.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
+// idleConns is the most idle connections the relay has an SDK client keep: as many as its
+// senders' calls in flight (MaxSenders), and as many again. The SDK's default client keeps 10; a
+// call that ends while 10 are idle closes its connection, and the next one dials again.
+const idleConns = 2 * MaxSenders
 
-func plainSNSRequestBodies(o *sns.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
+// sqsOption and snsOption return the option the relay passes on every publish call. Each works
+// around an aws-sdk-go-v2 fault (#2737) in the HTTP layer every client shares (see
+// internal/core/plainbody: a SendMessageBatch or PublishBatch retried after a lost answer sends
+// twice), on a copy of the SDK's default HTTP client that keeps idleConns idle connections
+// (plainbody.WrapKeeping). The wrapping is done once, not per call.
+func sqsOption(c SQSClient) func(*sqs.Options) {
+	oc, ok := c.(interface{ Options() sqs.Options })
+	if !ok {
+		return func(o *sqs.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
+	}
+	hc := plainbody.WrapKeeping(oc.Options().HTTPClient, idleConns)
+	return func(o *sqs.Options) { o.HTTPClient = hc }
+}
+
+func snsOption(c SNSClient) func(*sns.Options) {
+	oc, ok := c.(interface{ Options() sns.Options })
+	if !ok {
+		return func(o *sns.Options) { o.HTTPClient = plainbody.Wrap(o.HTTPClient) }
+	}
+	hc := plainbody.WrapKeeping(oc.Options().HTTPClient, idleConns)
+	return func(o *sns.Options) { o.HTTPClient = hc }
+}
 
 // offload puts the bodies of the rows marked for it in S3 (at most MaxBatchEntries at once) and
 // replaces each with its pointer and the reserved size attribute. It returns the rows ready to

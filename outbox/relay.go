@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -154,6 +156,8 @@ type Relay struct {
 	kinds    []string
 	migrator *migrate.Migrator
 	sql      struct{ plan, claim, sent, failed, release string }
+	sqsOpt   func(*sqs.Options) // passed on every call (sqsOption)
+	snsOpt   func(*sns.Options)
 
 	life      startstop.Base  // started, stopping, stopped; the stop and work contexts
 	stopCtx   context.Context // life's: ends when the stop begins
@@ -200,9 +204,11 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	rl := &Relay{pool: pool, cfg: c, migrator: mg, life: startstop.Base{Cause: ErrStopping, Name: "outbox: relay"}}
 	if c.SQS != nil {
 		rl.kinds = append(rl.kinds, string(KindSQS))
+		rl.sqsOpt = sqsOption(c.SQS)
 	}
 	if c.SNS != nil {
 		rl.kinds = append(rl.kinds, string(KindSNS))
+		rl.snsOpt = snsOption(c.SNS)
 	}
 	t := sqlident.Quote(c.Schema, "outbox_messages")
 	// The conditions on the row's own columns are in the locking query, so that PostgreSQL

@@ -51,7 +51,7 @@ func (w *Worker) poll(id int) {
 			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
 			MessageSystemAttributeNames: receiveAttributes,
 			MessageAttributeNames:       allMessageAttributes,
-		}, PlainRequestBodies)
+		}, w.opt)
 		if err != nil {
 			w.e.slots.Release(int64(n))
 			if ctx.Err() != nil {

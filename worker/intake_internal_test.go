@@ -97,7 +97,7 @@ func TestNotStartedHaltsItsGroupInABatch(t *testing.T) {
 			e := &engine{cfg: cfg, metrics: nopMetrics{}, log: log, now: time.Now, vis: time.Minute, slots: semaphore.NewWeighted(4)}
 			w.e = e
 			e.work = ctx
-			e.sw = &sqsWriter{client: f, url: url, fifo: true, metrics: nopMetrics{}, log: log, base: context.Background()}
+			e.sw = &sqsWriter{client: f, opt: PlainRequestBodies, url: url, fifo: true, metrics: nopMetrics{}, log: log, base: context.Background()}
 			e.del = newDeleter(e.sw, time.Millisecond, 10)
 			if err := e.slots.Acquire(ctx, 4); err != nil { // the receive's slots
 				t.Fatal(err)

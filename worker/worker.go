@@ -44,6 +44,7 @@ const (
 // succeeded.
 type Worker struct {
 	client SQSClient
+	opt    func(*sqs.Options) // passed on every SQS call (callOption)
 	cfg    Config
 	log    *slog.Logger
 	e      *engine // what the deliveries share
@@ -93,6 +94,7 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 	}
 	w := &Worker{
 		client:        client,
+		opt:           callOption(client),
 		cfg:           c,
 		log:           c.Logger,
 		life:          startstop.Base{Cause: ErrStopping, Name: "worker"},
@@ -156,7 +158,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.life.EndStart(ctx, true)
 	w.recvCtx, w.recvCancel = context.WithCancelCause(base)
 	w.e.work = w.life.WorkContext()
-	w.e.sw = &sqsWriter{client: w.client, url: q.URL, fifo: q.FIFO, metrics: w.e.metrics, log: log, base: base}
+	w.e.sw = &sqsWriter{client: w.client, opt: w.opt, url: q.URL, fifo: q.FIFO, metrics: w.e.metrics, log: log, base: base}
 	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.size.maxCap)
 	w.mu.Lock()
 	w.queue = q
@@ -183,14 +185,14 @@ var errStartTimeout = errors.New("worker: start timeout")
 
 // prepare reads the queue and runs the start-up checks.
 func (w *Worker) prepare(ctx context.Context) (*Queue, time.Duration, *slog.Logger, error) {
-	q, err := loadQueue(ctx, w.client, w.cfg.QueueURL, w.cfg.QueueName, PlainRequestBodies)
+	q, err := loadQueue(ctx, w.client, w.cfg.QueueURL, w.cfg.QueueName, w.opt)
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	log := w.cfg.Logger.With("queue", q.Name)
 	if q.DeadLetterTargetARN == "" {
 		log.Warn("worker: queue has no redrive policy: a message that keeps failing is retried until its retention period ends; add a dead-letter queue")
-	} else if err := q.loadDeadLetter(ctx, w.client, PlainRequestBodies); err != nil {
+	} else if err := q.loadDeadLetter(ctx, w.client, w.opt); err != nil {
 		// Fail closed: without the DLQ's retention the inbox could be checked against too short
 		// a horizon and forget events SQS can still redeliver.
 		if !w.cfg.IgnoreDeadLetterRetention {

@@ -16,6 +16,7 @@ import (
 // (retries and heartbeats) and releases. The deleter and the heartbeats hold it, not the Worker.
 type sqsWriter struct {
 	client  SQSClient
+	opt     func(*sqs.Options) // passed on every call (callOption)
 	url     string
 	fifo    bool
 	metrics Metrics
@@ -45,7 +46,7 @@ func (s *sqsWriter) extend(ctx context.Context, m *Message, secs int32) error {
 		QueueUrl:          &s.url,
 		ReceiptHandle:     &m.ReceiptHandle,
 		VisibilityTimeout: secs,
-	}, PlainRequestBodies)
+	}, s.opt)
 	if err == nil && secs > 0 {
 		s.extended.Store(time.Now().UnixNano())
 	}
@@ -108,7 +109,7 @@ func (s *sqsWriter) releaseBatch(ctx context.Context, batch []*Message, secs fun
 	}
 	out, err := s.client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
 		QueueUrl: &s.url, Entries: entries,
-	}, PlainRequestBodies)
+	}, s.opt)
 	if err != nil {
 		if ctx.Err() == nil {
 			// GoAws does not implement the batch call; use single calls from now on.
@@ -137,7 +138,7 @@ func (s *sqsWriter) deleteBatch(b []pendingDelete) (retry []pendingDelete, err e
 			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(b[i].m.ReceiptHandle),
 		}
 	}
-	out, err := s.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &s.url, Entries: entries}, PlainRequestBodies)
+	out, err := s.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &s.url, Entries: entries}, s.opt)
 	if err != nil {
 		return b, err
 	}

@@ -29,6 +29,9 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	forwarded atomic.Int64 // bytes forwarded, both directions
+	accepted  atomic.Int64 // connections accepted
+	open      int          // client connections open now (under mu)
+	maxOpen   int          // the most open at once (under mu)
 }
 
 // Start listens on a free loopback port and forwards each connection to target (host:port).
@@ -58,6 +61,18 @@ func (p *Proxy) RTT() time.Duration { return time.Duration(p.rtt.Load()) }
 
 // Forwarded returns the bytes forwarded so far, both directions.
 func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
+
+// Accepted returns the connections accepted so far.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
+// MaxOpen returns the most connections that were open through the proxy at once. A client that
+// keeps its connections alive has Accepted close to MaxOpen; one that closes and dials them again
+// has Accepted far above it.
+func (p *Proxy) MaxOpen() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxOpen
+}
 
 // Close stops accepting, closes every connection and waits for the proxy's goroutines.
 func (p *Proxy) Close() {
@@ -94,6 +109,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go p.serve(client)
 	}
@@ -111,6 +127,15 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = server.Close()
 		return
 	}
+	p.mu.Lock()
+	p.open++
+	p.maxOpen = max(p.maxOpen, p.open)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.open--
+		p.mu.Unlock()
+	}()
 	defer p.untrack(client)
 	defer p.untrack(server)
 	for _, c := range []net.Conn{client, server} {

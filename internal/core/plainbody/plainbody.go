@@ -13,6 +13,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 )
 
 // Doer is an HTTP client as the AWS SDK's clients take it (their HTTPClient option).
@@ -58,4 +60,21 @@ func Timeout(c any) time.Duration {
 		return c.GetTimeout()
 	}
 	return 0
+}
+
+// WrapKeeping is Wrap, and when next is the SDK's default (buildable) HTTP client keeping fewer
+// than idle idle connections per host, it wraps a copy of it that keeps idle (the copy has its
+// own connections; every other setting of next is kept). A caller that makes more calls at once
+// than the SDK's default of 10 needs it: a call that ends while 10 connections are idle closes its
+// own, and the next call beyond them dials again (in AWS, with a TLS handshake). Any other HTTP
+// client is the user's choice and is wrapped as it is.
+func WrapKeeping(next Doer, idle int) Doer {
+	bc, ok := next.(*awshttp.BuildableClient)
+	if !ok || bc.GetTransport().MaxIdleConnsPerHost >= idle {
+		return Wrap(next)
+	}
+	return Wrap(bc.WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = idle
+		t.MaxIdleConns = max(t.MaxIdleConns, idle)
+	}))
 }
