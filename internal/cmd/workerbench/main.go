@@ -477,6 +477,16 @@ type timedClient struct {
 	sum, n, calls, msgs atomic.Int64
 }
 
+// Options returns the wrapped client's options, as *sqs.Client's method does, so that the worker
+// treats the wrapper as the client it wraps (it has an *sqs.Client's default HTTP client keep more
+// idle connections); sqs.Options{} for a client without them (the fake).
+func (t *timedClient) Options() sqs.Options {
+	if oc, ok := t.SQSClient.(interface{ Options() sqs.Options }); ok {
+		return oc.Options()
+	}
+	return sqs.Options{}
+}
+
 func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	start := time.Now()
 	out, err := t.SQSClient.ReceiveMessage(ctx, in, optFns...)
