@@ -71,7 +71,7 @@ func (w *Worker) poll(id int) {
 		w.lastReceive.Store(time.Now().UnixNano())
 		msgs := out.Messages
 		if len(msgs) > 0 {
-			w.size.receiveTook(time.Since(sent))
+			w.size.receiveTook(time.Since(sent), len(msgs))
 		}
 		if len(msgs) < n {
 			w.e.slots.Release(int64(n - len(msgs)))

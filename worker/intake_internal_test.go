@@ -146,3 +146,40 @@ func (f batchFunc) Handle(context.Context, *Message) error { return errors.New("
 func (f batchFunc) HandleBatch(ctx context.Context, b *Batch) []error {
 	return f(ctx, b)
 }
+
+// TestSizerFeed (no server): the pollers grow past what Little's law asks for while the receives
+// come back full and the runners have less than half a round of batches waiting, stay while less
+// than a round waits, and fall back to the law's count once a whole round waits; receives that
+// come back short (no backlog) never grow them. And the round trip they are sized from is the
+// fastest receive, drifting up 1% a look.
+func TestSizerFeed(t *testing.T) {
+	t.Parallel()
+	s := &sizer{w: &Worker{cfg: Config{HandlerBatch: 10, BatchSize: 10}}}
+	s.pollers.Store(8)
+	for _, tc := range []struct {
+		name              string
+		floor             int
+		calls, msgs, held int64
+		want              int
+	}{
+		{"full, runners short", 4, 10, 100, 20, 9},
+		{"full, runners short, law asks more", 20, 10, 100, 20, 20},
+		{"short receives", 4, 10, 40, 0, 8},
+		{"half a round waiting", 4, 10, 100, 60, 8},
+		{"a round waiting", 4, 10, 100, 100, 4},
+		{"a round waiting, law asks more", 12, 10, 100, 100, 12},
+	} {
+		if got := s.feed(tc.floor, 10, tc.calls, tc.msgs, tc.held); got != tc.want {
+			t.Errorf("%s: feed = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	s.receiveTook(30*time.Millisecond, 10)
+	s.receiveTook(20*time.Millisecond, 10)
+	s.receiveTook(40*time.Millisecond, 10)
+	if got := s.roundTrip(); got != 0.020 {
+		t.Fatalf("roundTrip = %v, want the fastest, 0.020", got)
+	}
+	if got := s.roundTrip(); got < 0.0201 || got > 0.02021 {
+		t.Fatalf("roundTrip with no receive since = %v, want 1%% more, 0.0202", got)
+	}
+}

@@ -14,9 +14,12 @@ import (
 // pollers do; with SQS 20 ms away, as in AWS, the same worker needs several times more. So, when
 // Config.Pollers is 0, the worker measures L (the fastest ReceiveMessage call that returned
 // messages: the round trip without the wait in the server's queue, see roundTrip) and R
-// (messages settled per second) and runs ceil(1.3 × R × L / BatchSize) + 1 pollers, never fewer
-// than DefaultPollers gives and never more than MaxPollers; while the receives are what limits R,
-// that is more than run now, so the count grows until the runners or the server are the limit. When Config.Prefetch is 0, the slots grow with the pollers, so that the
+// (messages settled per second) and runs at least ceil(1.3 × R × L / BatchSize) + 1 pollers,
+// never fewer than DefaultPollers gives and never more than MaxPollers; while the receives are
+// what limits R, that is more than run now, so the count grows until the runners or the server
+// are the limit. A server slow to answer (not far) limits the receives too: while they come back
+// full and the runners have less than half a round of batches waiting, the count grows as well,
+// and it falls back once a whole round waits (feed). When Config.Prefetch is 0, the slots grow with the pollers, so that the
 // messages on their way have room: the capacity is Concurrency × HandlerBatch plus the larger of
 // that and pollers × BatchSize.
 
@@ -63,6 +66,7 @@ type sizer struct {
 	started int // poller goroutines started (under wakeMu): they start as the count first grows
 
 	recvCalls atomic.Int64 // ReceiveMessage calls that returned messages
+	recvMsgs  atomic.Int64 // the messages they returned
 	recvMin   atomic.Int64 // the fastest of them since the last look, in nanoseconds (0: none)
 	minL      float64      // the round trip the pollers are sized from: the fastest receive seen, drifting up 1% a look
 
@@ -155,9 +159,10 @@ func (s *sizer) holdReserve(e *engine) {
 	}
 }
 
-// receiveTook records a ReceiveMessage call that returned messages.
-func (s *sizer) receiveTook(d time.Duration) {
+// receiveTook records a ReceiveMessage call that returned n messages (n > 0).
+func (s *sizer) receiveTook(d time.Duration, n int) {
 	s.recvCalls.Add(1)
+	s.recvMsgs.Add(int64(n))
 	for {
 		m := s.recvMin.Load()
 		if m != 0 && m <= int64(d) || s.recvMin.CompareAndSwap(m, int64(d)) {
@@ -188,13 +193,13 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 	t := time.NewTicker(sizeEvery)
 	defer t.Stop()
 	last, lastSettled := time.Now(), e.settled.Load()
-	var lastCalls, lastBusy, lastRun int64
+	var lastCalls, lastMsgs, lastBusy, lastRun int64
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			settled, calls := e.settled.Load(), s.recvCalls.Load()
+			settled, calls, msgs := e.settled.Load(), s.recvCalls.Load(), s.recvMsgs.Load()
 			busy, ran := e.runNanos.Load(), e.runMsgs.Load()
 			window := now.Sub(last).Seconds()
 			pollers, runners := int(s.pollers.Load()), int(s.runners.Load())
@@ -209,14 +214,14 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 			default:
 				if s.auto && calls > lastCalls {
 					rate := float64(settled-lastSettled) / window
-					pollers = s.want(rate, s.roundTrip())
+					pollers = s.feed(s.want(rate, s.roundTrip()), runners, calls-lastCalls, msgs-lastMsgs, e.held.Load())
 				}
 				if s.autoRun && ran > lastRun {
 					runners = s.wantRunners(runners, time.Duration(busy-lastBusy).Seconds(), int(ran-lastRun), window, e.held.Load())
 				}
 				s.resize(e, pollers, runners, false)
 			}
-			last, lastSettled, lastCalls, lastBusy, lastRun = now, settled, calls, busy, ran
+			last, lastSettled, lastCalls, lastMsgs, lastBusy, lastRun = now, settled, calls, msgs, busy, ran
 		}
 	}
 }
@@ -259,6 +264,25 @@ func (s *sizer) roundTrip() float64 {
 	}
 	s.minL *= 1.01
 	return s.minL
+}
+
+// feed adjusts the pollers that Little's law asks for (floor) to the runners' supply: the
+// receives can be the limit without a long round trip, where the server itself is slow to answer
+// (an emulator on the worker's cores). While the receives since the last look came back full (the
+// queue has a backlog) and fewer than half a round of batches (runners × HandlerBatch) is waiting
+// for the runners, more pollers are wanted; while a whole round is waiting, the runners are the
+// limit and the pollers may fall back towards the floor; in between they stay.
+func (s *sizer) feed(floor, runners int, calls, msgs, held int64) int {
+	cur := int(s.pollers.Load())
+	round := int64(runners * s.w.cfg.HandlerBatch)
+	full := msgs*10 >= calls*int64(s.w.cfg.BatchSize)*9
+	switch {
+	case full && held < round/2:
+		return max(floor, cur+1)
+	case held < round:
+		return max(floor, cur)
+	}
+	return floor
 }
 
 // want is the pollers that keep R × L messages on their way, with a margin.
