@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,8 +29,8 @@ import (
 // parallelism, with SQS and PostgreSQL each behind a proxy that adds a round-trip time
 // (internal/latency), as in AWS (SQS 5 to 30 ms away, RDS in the zone about 1 ms).
 type latFlags struct {
-	sqs, pg, refc string
-	share, c      int
+	sqs, pg, refc    string
+	share, c, rounds int
 }
 
 var lf latFlags
@@ -39,6 +40,7 @@ func (f *latFlags) register() {
 	flag.StringVar(&f.pg, "lat-pg", "0,1", "latency table: round-trip times added to PostgreSQL, in ms")
 	flag.StringVar(&f.refc, "refc", "4,16,64", "latency table: parallelism of the frozen reference loop; the best is its rate (0: no reference)")
 	flag.IntVar(&f.c, "lat-c", 0, "latency table: the worker's Concurrency (0: its default, sized)")
+	flag.IntVar(&f.rounds, "lat-rounds", 1, "latency table: run the whole table this many times, one round after another, then print each cell's median ratios and their range")
 	flag.IntVar(&f.share, "share", 0, "start this many workers at their defaults together on one queue of -n messages and print each one's share (0 skips it)")
 }
 
@@ -103,61 +105,92 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 		return err
 	}
 	fmt.Printf("\nlatency: SQS and PostgreSQL behind delaying proxies (round trips added; a cell with 0 goes direct); %d messages per run; the worker at its defaults, the frozen reference (receive 10, one transaction with a savepoint, claim and insert per message, DeleteMessageBatch; N loops) at its best N of %s\n\n", n, lf.refc)
-	fmt.Printf("| SQS RTT | PG RTT | worker | worker / its 0+0 rate | reference (best N) | worker / reference | CPU/msg worker | CPU/msg reference | machine CPU, cores (worker run) | the worker's pollers, concurrency, capacity at the end |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	var base float64
-	for _, sd := range sqsDelays {
-		for _, pd := range pgDelays {
-			sp.SetRTT(sd, 0)
-			pp.SetRTT(pd, 0)
-			client, pool, ib := worker.SQSClient(b.sqs), b.pool, b.ib
-			if sd > 0 {
-				client = sqsProxied
-			}
-			if pd > 0 {
-				pool, ib = poolProxied, ibProxied
-			}
-			url, err := b.queue(ctx, n)
-			if err != nil {
-				return err
-			}
-			w, err := b.runWorkerOpts(ctx, client, url, n, workerOpts{ib: ib, pollers: pollers, c: lf.c})
-			if err != nil {
-				return err
-			}
-			if w.prog.done < n {
-				return fmt.Errorf("the worker drained only %d of %d messages at SQS %v, PostgreSQL %v", w.prog.done, n, sd, pd)
-			}
-			if sd == 0 && pd == 0 {
-				base = w.rate
-			}
-			var best refRun
-			for _, c := range refcs {
-				if c <= 0 {
-					continue // -refc 0: no reference (scripts/bench-ab.sh's latency mode)
+	type cell struct{ sd, pd time.Duration }
+	own, vsRef, cpuRatio := map[cell][]float64{}, map[cell][]float64{}, map[cell][]float64{}
+	for round := range max(lf.rounds, 1) {
+		if lf.rounds > 1 {
+			fmt.Printf("\nround %d of %d\n\n", round+1, lf.rounds)
+		}
+		fmt.Printf("| SQS RTT | PG RTT | worker | worker / its 0+0 rate | reference (best N) | worker / reference | CPU/msg worker | CPU/msg reference | machine CPU, cores (worker run) | the worker's pollers, concurrency, capacity at the end |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		var base float64
+		for _, sd := range sqsDelays {
+			for _, pd := range pgDelays {
+				sp.SetRTT(sd, 0)
+				pp.SetRTT(pd, 0)
+				client, pool, ib := worker.SQSClient(b.sqs), b.pool, b.ib
+				if sd > 0 {
+					client = sqsProxied
+				}
+				if pd > 0 {
+					pool, ib = poolProxied, ibProxied
 				}
 				url, err := b.queue(ctx, n)
 				if err != nil {
 					return err
 				}
-				r, err := b.reference(ctx, client, pool, url, n, c)
+				w, err := b.runWorkerOpts(ctx, client, url, n, workerOpts{ib: ib, pollers: pollers, c: lf.c})
 				if err != nil {
 					return err
 				}
-				if r.rate > best.rate {
-					best = r
+				if w.prog.done < n {
+					return fmt.Errorf("the worker drained only %d of %d messages at SQS %v, PostgreSQL %v", w.prog.done, n, sd, pd)
 				}
+				if sd == 0 && pd == 0 {
+					base = w.rate
+				}
+				var best refRun
+				for _, c := range refcs {
+					if c <= 0 {
+						continue // -refc 0: no reference (scripts/bench-ab.sh's latency mode)
+					}
+					url, err := b.queue(ctx, n)
+					if err != nil {
+						return err
+					}
+					r, err := b.reference(ctx, client, pool, url, n, c)
+					if err != nil {
+						return err
+					}
+					if r.rate > best.rate {
+						best = r
+					}
+				}
+				share := "-"
+				if base > 0 {
+					share = fmt.Sprintf("%.2f", w.rate/base)
+					own[cell{sd, pd}] = append(own[cell{sd, pd}], w.rate/base)
+				}
+				if best.rate > 0 {
+					vsRef[cell{sd, pd}] = append(vsRef[cell{sd, pd}], w.rate/best.rate)
+					cpuRatio[cell{sd, pd}] = append(cpuRatio[cell{sd, pd}], float64(w.cpu.self)/float64(best.cpu))
+				}
+				fmt.Printf("| %v | %v | %.0f/s | %s | %.0f/s (N=%d) | %.2f | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, best.rate, best.c,
+					w.rate/best.rate, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
+					(w.cpu.self+w.cpu.goaws+w.cpu.postgres).Seconds()*w.rate, w.end.Pollers, w.end.Concurrency, w.end.Capacity)
 			}
-			share := "-"
-			if base > 0 {
-				share = fmt.Sprintf("%.2f", w.rate/base)
+		}
+	}
+	if lf.rounds > 1 {
+		fmt.Printf("\n%d rounds, medians (range) of the ratios each round measured:\n\n| SQS RTT | PG RTT | worker / its 0+0 rate | worker / reference | CPU/msg worker / reference |\n|---:|---:|---:|---:|---:|\n", lf.rounds)
+		for _, sd := range sqsDelays {
+			for _, pd := range pgDelays {
+				c := cell{sd, pd}
+				fmt.Printf("| %v | %v | %s | %s | %s |\n", sd, pd, medianRange(own[c]), medianRange(vsRef[c]), medianRange(cpuRatio[c]))
 			}
-			fmt.Printf("| %v | %v | %.0f/s | %s | %.0f/s (N=%d) | %.2f | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, best.rate, best.c,
-				w.rate/best.rate, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
-				(w.cpu.self+w.cpu.goaws+w.cpu.postgres).Seconds()*w.rate, w.end.Pollers, w.end.Concurrency, w.end.Capacity)
 		}
 	}
 	fmt.Printf("\n(CPU per message counts the bench process, which runs the proxies too when a cell adds latency; machine CPU is the worker run's bench process, SQS server and PostgreSQL, in cores.)\n")
 	return nil
+}
+
+// medianRange formats the median of v and its range, or "-" for none.
+func medianRange(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", s[len(s)/2], s[0], s[len(s)-1])
 }
 
 type refRun struct {
