@@ -19,9 +19,9 @@ import (
 // what limits R, that is more than run now, so the count grows until the runners or the server
 // are the limit. A server slow to answer (not far) limits the receives too: while they come back
 // full and the runners have less than half a round of batches waiting, the count grows as well,
-// and it falls back once a whole round waits (feed). When Config.Prefetch is 0, the slots grow with the pollers, so that the
-// messages on their way have room: the capacity is Concurrency × HandlerBatch plus the larger of
-// that and pollers × BatchSize.
+// and it falls back once a whole round waits (feed). When Config.Prefetch is 0, the slots grow
+// with the pollers, so that the messages on their way have room: the capacity is Concurrency ×
+// HandlerBatch plus the larger of that and pollers × BatchSize.
 
 // The runners are sized too, when Config.Concurrency is 0 and the handler says how many calls it
 // can take at once ([ConcurrencyLimiter]: for the inbox, its pool's connections less one). A
