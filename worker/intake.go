@@ -58,6 +58,7 @@ func (w *Worker) poll(id int) {
 				return
 			}
 			fails++
+			w.size.recvErrs.Add(1)
 			w.e.metrics.Add(ReceiveErrors, 1)
 			d := jitter(expo(pollBackoffMin, pollBackoffMax, fails))
 			w.log.Log(context.Background(), w.receiveFailed.level(), "worker: receive failed; backing off (more within a minute are logged at debug level)",

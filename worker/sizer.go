@@ -67,6 +67,7 @@ type sizer struct {
 
 	recvCalls atomic.Int64 // ReceiveMessage calls that returned messages
 	recvMsgs  atomic.Int64 // the messages they returned
+	recvErrs  atomic.Int64 // ReceiveMessage calls that failed
 	recvMin   atomic.Int64 // the fastest of them since the last look, in nanoseconds (0: none)
 	minL      float64      // the round trip the pollers are sized from: the fastest receive seen, drifting up 1% a look
 
@@ -193,13 +194,13 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 	t := time.NewTicker(sizeEvery)
 	defer t.Stop()
 	last, lastSettled := time.Now(), e.settled.Load()
-	var lastCalls, lastMsgs, lastBusy, lastRun int64
+	var lastCalls, lastMsgs, lastErrs, lastBusy, lastRun int64
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			settled, calls, msgs := e.settled.Load(), s.recvCalls.Load(), s.recvMsgs.Load()
+			settled, calls, msgs, errs := e.settled.Load(), s.recvCalls.Load(), s.recvMsgs.Load(), s.recvErrs.Load()
 			busy, ran := e.runNanos.Load(), e.runMsgs.Load()
 			window := now.Sub(last).Seconds()
 			pollers, runners := int(s.pollers.Load()), int(s.runners.Load())
@@ -211,6 +212,12 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 				// receive), and grows again from what it then measures.
 				pollers, runners = s.minP, s.minR
 				s.resize(e, pollers, runners, true)
+			case s.auto && errs > lastErrs:
+				// Receives fail (SQS throttles, errs or is unreachable): back to the fewest
+				// pollers at once, so that the worker's calls in an outage are the backoff of a
+				// few pollers, not of 64; they grow again from what the next receives measure.
+				pollers = s.minP
+				s.resize(e, pollers, runners, true)
 			default:
 				if s.auto && calls > lastCalls {
 					rate := float64(settled-lastSettled) / window
@@ -221,7 +228,7 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 				}
 				s.resize(e, pollers, runners, false)
 			}
-			last, lastSettled, lastCalls, lastMsgs, lastBusy, lastRun = now, settled, calls, msgs, busy, ran
+			last, lastSettled, lastCalls, lastMsgs, lastErrs, lastBusy, lastRun = now, settled, calls, msgs, errs, busy, ran
 		}
 	}
 }
