@@ -156,11 +156,11 @@ func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
 	return n, nil
 }
 
-// item is one entry of the ready queue: up to HandlerBatch deliveries from one receive, or the
-// deliveries of one FIFO group from one receive.
+// item is one entry of the ready queue: a delivery, or the deliveries of one FIFO group from one
+// receive.
 type item struct {
-	ds []*delivery
-	g  *group
+	d *delivery
+	g *group
 }
 
 // dispatch makes deliveries of the received messages, each holding one of the slots taken for
@@ -186,13 +186,8 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 		return
 	}
 	if !w.queue.FIFO {
-		// In chunks of a handler call's worth: one runner takes a receive's messages together,
-		// instead of each idle runner taking one or two of them (a call, a transaction, per
-		// message or two).
-		for len(ds) > 0 {
-			k := min(len(ds), w.cfg.HandlerBatch)
-			w.ready <- item{ds: ds[:k:k]}
-			ds = ds[k:]
+		for _, d := range ds {
+			w.ready <- item{d: d}
 		}
 		return
 	}
@@ -233,22 +228,20 @@ func (w *Worker) releasePending() {
 
 // runner takes batches of deliveries from the ready queue and runs them, until the queue is closed
 // (at stop) and drained. The rest of a FIFO group it has started stays with it (carry) and goes
-// first into its next batch, so the group's messages run in order, one batch at a time; so does
-// the rest of a chunk that did not fit in its batch (spill). Each delivery ends itself: the
-// runner only schedules.
+// first into its next batch, so the group's messages run in order, one batch at a time. Each
+// delivery ends itself: the runner only schedules.
 func (w *Worker) runner(id int) {
 	defer w.runners.Done()
 	bh, _ := w.cfg.Handler.(BatchHandler)
 	n := w.cfg.HandlerBatch
 	var (
 		carry []*group
-		spill []*delivery
 		buf   = make([]*delivery, 0, n)
 		timer *time.Timer
 	)
 	stopped := w.life.StopContext()
 	for {
-		if ok, wake := w.size.runActive(id); !ok && len(carry) == 0 && len(spill) == 0 {
+		if ok, wake := w.size.runActive(id); !ok && len(carry) == 0 {
 			// Not needed now (the sizer runs fewer handler calls): wait until it wants more,
 			// or the stop, when the runners still active drain the queue.
 			select {
@@ -259,7 +252,7 @@ func (w *Worker) runner(id int) {
 			}
 		}
 		var open bool
-		buf, carry, spill, open = w.gather(buf[:0], n, carry, spill, &timer)
+		buf, carry, open = w.gather(buf[:0], n, carry, &timer)
 		if len(buf) == 0 && !open {
 			return
 		}
@@ -275,8 +268,7 @@ func (w *Worker) runner(id int) {
 			for _, g := range carry {
 				releaseAll(g.stop())
 			}
-			releaseAll(spill)
-			carry, spill = carry[:0], nil
+			carry = carry[:0]
 			continue
 		}
 		run := buf
@@ -309,24 +301,19 @@ func (w *Worker) runner(id int) {
 	}
 }
 
-// gather fills buf with up to n deliveries: first from the chunk it spilled and the groups it
-// carries, then from the ready queue (waiting for the first one, then up to Linger for more). It
-// reports whether the ready queue is still open.
-func (w *Worker) gather(buf []*delivery, n int, carry []*group, spill []*delivery, timer **time.Timer) ([]*delivery, []*group, []*delivery, bool) {
-	k := min(len(spill), n)
-	buf = append(buf, spill[:k]...)
-	spill = spill[k:]
+// gather fills buf with up to n deliveries: first from the groups it carries, then from the ready
+// queue (waiting for the first one, then up to Linger for more). It reports whether the ready
+// queue is still open.
+func (w *Worker) gather(buf []*delivery, n int, carry []*group, timer **time.Timer) ([]*delivery, []*group, bool) {
 	for _, g := range carry {
 		if len(buf) == n {
-			return buf, carry, spill, true
+			return buf, carry, true
 		}
 		buf = g.next(n-len(buf), buf)
 	}
 	add := func(it item) {
-		if it.ds != nil {
-			k := min(len(it.ds), n-len(buf))
-			buf = append(buf, it.ds[:k]...)
-			spill = append(spill, it.ds[k:]...)
+		if it.d != nil {
+			buf = append(buf, it.d)
 			return
 		}
 		buf = it.g.next(n-len(buf), buf)
@@ -335,7 +322,7 @@ func (w *Worker) gather(buf []*delivery, n int, carry []*group, spill []*deliver
 	if len(buf) == 0 {
 		it, open := <-w.ready
 		if !open {
-			return buf, carry, spill, false
+			return buf, carry, false
 		}
 		add(it)
 	}
@@ -343,7 +330,7 @@ func (w *Worker) gather(buf []*delivery, n int, carry []*group, spill []*deliver
 		select {
 		case it, open := <-w.ready:
 			if !open {
-				return buf, carry, spill, false
+				return buf, carry, false
 			}
 			add(it)
 			continue
@@ -352,7 +339,7 @@ func (w *Worker) gather(buf []*delivery, n int, carry []*group, spill []*deliver
 		break
 	}
 	if len(buf) == n || w.cfg.Linger <= 0 {
-		return buf, carry, spill, true
+		return buf, carry, true
 	}
 	// Wait up to Linger for the batch to fill.
 	if *timer == nil {
@@ -365,14 +352,14 @@ func (w *Worker) gather(buf []*delivery, n int, carry []*group, spill []*deliver
 		select {
 		case it, open := <-w.ready:
 			if !open {
-				return buf, carry, spill, false
+				return buf, carry, false
 			}
 			add(it)
 		case <-(*timer).C:
-			return buf, carry, spill, true
+			return buf, carry, true
 		}
 	}
-	return buf, carry, spill, true
+	return buf, carry, true
 }
 
 // holdBack releases, during a pause, the deliveries received before it began: they would fail as
@@ -403,8 +390,8 @@ func (w *Worker) holdBack(buf []*delivery) []*delivery {
 // drain releases everything left in the ready queue once it is closed, at stop.
 func (w *Worker) drain() {
 	for it := range w.ready {
-		if it.ds != nil {
-			releaseAll(it.ds)
+		if it.d != nil {
+			it.d.release()
 		} else {
 			releaseAll(it.g.stop())
 		}
