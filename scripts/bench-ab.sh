@@ -11,9 +11,11 @@
 #
 # With LAT=1 it measures instead the worker at its defaults (pollers and prefetch 0, and
 # Concurrency LATC_OLD or LATC_NEW, 0 by default: sized) in two cells of workerbench's latency
-# table: PostgreSQL direct and 1 ms away (SQS direct); the columns are then the two rates and the
-# worker's CPU per message in each. OLD and NEW may be one commit with two Concurrency values:
+# table: PostgreSQL direct and 1 ms away, with SQS LAT_SQS ms away (0 by default: direct); the
+# columns are then the two rates and the worker's CPU per message in each. OLD and NEW may be one
+# commit with two Concurrency values:
 #   LAT=1 LATC_OLD=10 scripts/bench-ab.sh HEAD HEAD
+#   LAT=1 LAT_SQS=20 scripts/bench-ab.sh OLD NEW
 set -euo pipefail
 old=${1:?usage: bench-ab.sh OLD [NEW]}
 new=${2:-HEAD}
@@ -42,8 +44,12 @@ measure() {
 	if [[ ${LAT:-} == 1 ]]; then
 		local lc=${LATC_NEW:-0}
 		[[ $c == old ]] && lc=${LATC_OLD:-0}
-		(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -n "$msgs" -c '' -inflight 0 -lat-sqs 0 -lat-pg 0,1 -refc 0 -lat-c "$lc") |
-			awk -F'|' '/^\| 0s \| 0s /{r0 = $4; c0 = $8} /^\| 0s \| 1ms /{r1 = $4; c1 = $8} END {
+		local sd=${LAT_SQS:-0}
+		(cd "$tmp/$c" && "$tmp/$c.workerbench" -sqs "$server" -n "$msgs" -c '' -inflight 0 -lat-sqs "$sd" -lat-pg 0,1 -refc 0 -lat-c "$lc") |
+			awk -F'|' -v sd="$( [[ $sd == 0 ]] && echo 0s || echo "${sd}ms")" '
+			/^\| SQS RTT /{ for (i = 1; i <= NF; i++) if ($i ~ /^ CPU\/msg worker $/) k = i }
+			$2 == " " sd " " && $3 == " 0s " {r0 = $4; c0 = $k}
+			$2 == " " sd " " && $3 == " 1ms " {r1 = $4; c1 = $k} END {
 				gsub(/[ \/s]/, "", r0); gsub(/[ \/s]/, "", r1)
 				gsub(/ |µs/, "", c0); gsub(/ |µs/, "", c1)
 				print r0, r1, c0, c1 }'

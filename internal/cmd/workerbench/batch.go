@@ -282,7 +282,7 @@ func (b *bench) batched(ctx context.Context, n, repeat int, want func(string) bo
 	for rep := range repeat {
 		if want("raw") {
 			for i, p := range rawPollers {
-				r, prog, err := b.rawDrain(ctx, n, p, 10)
+				r, prog, err := b.rawDrain(ctx, b.sqs, n, p, 10)
 				if err != nil {
 					return err
 				}

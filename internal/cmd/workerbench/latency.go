@@ -31,6 +31,7 @@ import (
 type latFlags struct {
 	sqs, pg, refc    string
 	share, c, rounds int
+	detail           bool
 }
 
 var lf latFlags
@@ -41,6 +42,7 @@ func (f *latFlags) register() {
 	flag.StringVar(&f.refc, "refc", "4,16,64", "latency table: parallelism of the frozen reference loop; the best is its rate (0: no reference)")
 	flag.IntVar(&f.c, "lat-c", 0, "latency table: the worker's Concurrency (0: its default, sized)")
 	flag.IntVar(&f.rounds, "lat-rounds", 1, "latency table: run the whole table this many times, one round after another, then print each cell's median ratios and their range")
+	flag.BoolVar(&f.detail, "lat-detail", false, "latency table: print, under each worker run, where its time went (messages per receive and per batch, mean receive, wait for a handler and handler time)")
 	flag.IntVar(&f.share, "share", 0, "start this many workers at their defaults together on one queue of -n messages and print each one's share (0 skips it)")
 }
 
@@ -106,21 +108,38 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 	}
 	fmt.Printf("\nlatency: SQS and PostgreSQL behind delaying proxies (round trips added; a cell with 0 goes direct); %d messages per run; the worker at its defaults, the frozen reference (receive 10, one transaction with a savepoint, claim and insert per message, DeleteMessageBatch; N loops) at its best N of %s\n\n", n, lf.refc)
 	type cell struct{ sd, pd time.Duration }
-	own, vsRef, cpuRatio := map[cell][]float64{}, map[cell][]float64{}, map[cell][]float64{}
+	own, vsRef, vsRaw, cpuRatio := map[cell][]float64{}, map[cell][]float64{}, map[cell][]float64{}, map[cell][]float64{}
 	for round := range max(lf.rounds, 1) {
 		if lf.rounds > 1 {
 			fmt.Printf("\nround %d of %d\n\n", round+1, lf.rounds)
 		}
-		fmt.Printf("| SQS RTT | PG RTT | worker | worker / its 0+0 rate | reference (best N) | worker / reference | CPU/msg worker | CPU/msg reference | machine CPU, cores (worker run) | the worker's pollers, concurrency, capacity at the end |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Printf("| SQS RTT | PG RTT | worker | worker / its 0+0 rate | reference (best N) | worker / reference | raw SQS drain (best N) | worker / raw | CPU/msg worker | CPU/msg reference | machine CPU, cores (worker run) | the worker's pollers, concurrency, capacity at the end |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		var base float64
 		for _, sd := range sqsDelays {
-			for _, pd := range pgDelays {
-				sp.SetRTT(sd, 0)
-				pp.SetRTT(pd, 0)
-				client, pool, ib := worker.SQSClient(b.sqs), b.pool, b.ib
-				if sd > 0 {
-					client = sqsProxied
+			sp.SetRTT(sd, 0)
+			client := worker.SQSClient(b.sqs)
+			if sd > 0 {
+				client = sqsProxied
+			}
+			// The server's own rate through the same route: receive 10 and DeleteMessageBatch,
+			// no database, at the reference's parallelisms. A cell's ceiling when the server or
+			// the route is the limit.
+			var raw refRun
+			for _, c := range refcs {
+				if c <= 0 {
+					continue
 				}
+				r, _, err := b.rawDrain(ctx, client, n, c, 10)
+				if err != nil {
+					return err
+				}
+				if r > raw.rate {
+					raw = refRun{rate: r, c: c}
+				}
+			}
+			for _, pd := range pgDelays {
+				pp.SetRTT(pd, 0)
+				pool, ib := b.pool, b.ib
 				if pd > 0 {
 					pool, ib = poolProxied, ibProxied
 				}
@@ -164,18 +183,27 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 					vsRef[cell{sd, pd}] = append(vsRef[cell{sd, pd}], w.rate/best.rate)
 					cpuRatio[cell{sd, pd}] = append(cpuRatio[cell{sd, pd}], float64(w.cpu.self)/float64(best.cpu))
 				}
-				fmt.Printf("| %v | %v | %.0f/s | %s | %.0f/s (N=%d) | %.2f | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, best.rate, best.c,
-					w.rate/best.rate, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
+				rawCols := "- | -"
+				if raw.rate > 0 {
+					vsRaw[cell{sd, pd}] = append(vsRaw[cell{sd, pd}], w.rate/raw.rate)
+					rawCols = fmt.Sprintf("%.0f/s (N=%d) | %.2f", raw.rate, raw.c, w.rate/raw.rate)
+				}
+				fmt.Printf("| %v | %v | %.0f/s | %s | %.0f/s (N=%d) | %.2f | %s | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, best.rate, best.c,
+					w.rate/best.rate, rawCols, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
 					(w.cpu.self+w.cpu.goaws+w.cpu.postgres).Seconds()*w.rate, w.end.Pollers, w.end.Concurrency, w.end.Capacity)
+				if lf.detail {
+					fmt.Printf("|   | | the worker's run: %.1f messages per receive (empty ones included), %.1f per batch; a receive that returned messages took %v, a message waited %v for a handler, a batch's handler took %v | | | | | | | | | |\n",
+						w.perRecv, w.perCall, w.receive.Round(10*time.Microsecond), w.held.Round(10*time.Microsecond), w.handler.Round(10*time.Microsecond))
+				}
 			}
 		}
 	}
 	if lf.rounds > 1 {
-		fmt.Printf("\n%d rounds, medians (range) of the ratios each round measured:\n\n| SQS RTT | PG RTT | worker / its 0+0 rate | worker / reference | CPU/msg worker / reference |\n|---:|---:|---:|---:|---:|\n", lf.rounds)
+		fmt.Printf("\n%d rounds, medians (range) of the ratios each round measured:\n\n| SQS RTT | PG RTT | worker / its 0+0 rate | worker / reference | worker / raw SQS drain | CPU/msg worker / reference |\n|---:|---:|---:|---:|---:|---:|\n", lf.rounds)
 		for _, sd := range sqsDelays {
 			for _, pd := range pgDelays {
 				c := cell{sd, pd}
-				fmt.Printf("| %v | %v | %s | %s | %s |\n", sd, pd, medianRange(own[c]), medianRange(vsRef[c]), medianRange(cpuRatio[c]))
+				fmt.Printf("| %v | %v | %s | %s | %s | %s |\n", sd, pd, medianRange(own[c]), medianRange(vsRef[c]), medianRange(vsRaw[c]), medianRange(cpuRatio[c]))
 			}
 		}
 	}

@@ -334,13 +334,13 @@ func (b *bench) queue(ctx context.Context, n int) (string, error) {
 // rawSQS drains n messages with plain receive + DeleteMessageBatch loops shaped like the
 // worker's pollers at concurrency c.
 func (b *bench) rawSQS(ctx context.Context, n, c int) (float64, error) {
-	rate, _, err := b.rawDrain(ctx, n, min((c+9)/10, worker.DefaultMaxPollers), min(c, 10))
+	rate, _, err := b.rawDrain(ctx, b.sqs, n, min((c+9)/10, worker.DefaultMaxPollers), min(c, 10))
 	return rate, err
 }
 
 // rawDrain drains n messages with pollers loops of ReceiveMessage (up to batch messages) and
-// DeleteMessageBatch, and returns the rate and the progress it made.
-func (b *bench) rawDrain(ctx context.Context, n, pollers, batch int) (float64, progress, error) {
+// DeleteMessageBatch through client, and returns the rate and the progress it made.
+func (b *bench) rawDrain(ctx context.Context, client worker.SQSClient, n, pollers, batch int) (float64, progress, error) {
 	var prog tracker
 	url, err := b.queue(ctx, n)
 	if err != nil {
@@ -356,7 +356,7 @@ func (b *bench) rawDrain(ctx context.Context, n, pollers, batch int) (float64, p
 		go func() {
 			defer wg.Done()
 			for done.Load() < int64(n) {
-				out, err := b.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: int32(batch),
+				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: int32(batch),
 					WaitTimeSeconds: 1}, worker.PlainRequestBodies)
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
@@ -369,7 +369,7 @@ func (b *bench) rawDrain(ctx context.Context, n, pollers, batch int) (float64, p
 				for i, m := range out.Messages {
 					entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
 				}
-				if _, err := b.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &url, Entries: entries},
+				if _, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &url, Entries: entries},
 					worker.PlainRequestBodies); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
