@@ -47,10 +47,10 @@ type ConcurrencyLimiter interface {
 	MaxConcurrency() int
 }
 
-// sizeEvery is how often the sizer looks; growEvery, how soon it looks again after a look that
-// grew the pollers. Each look at most doubles them, and with SQS 20 ms away the 4 pollers a worker
-// starts with move about 1,500 messages a second: at one look in 250 ms, the ramp to 64 took a
-// second, most of a run of 10,000 messages.
+// sizeEvery is how often the sizer looks; growEvery, how soon it looks first, and again after a
+// look that grew the pollers. Each look at most doubles them, and with SQS 20 ms away the 4
+// pollers a worker starts with move about 1,500 messages a second: at one look in 250 ms, the
+// ramp to 64 took a second, most of a run of 10,000 messages.
 const (
 	sizeEvery = 250 * time.Millisecond
 	growEvery = 50 * time.Millisecond
@@ -197,7 +197,7 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 	if !s.auto && !s.autoRun {
 		return
 	}
-	t := time.NewTimer(sizeEvery)
+	t := time.NewTimer(growEvery) // the first look comes soon: the pollers start at the fewest
 	defer t.Stop()
 	last, lastSettled := time.Now(), e.settled.Load()
 	var lastCalls, lastMsgs, lastErrs, lastBusy, lastRun int64
