@@ -42,7 +42,7 @@ func (f *latFlags) register() {
 	flag.StringVar(&f.refc, "refc", "4,16,64", "latency table: parallelism of the frozen reference loop; the best is its rate (0: no reference)")
 	flag.IntVar(&f.c, "lat-c", 0, "latency table: the worker's Concurrency (0: its default, sized)")
 	flag.IntVar(&f.rounds, "lat-rounds", 1, "latency table: run the whole table this many times, one round after another, then print each cell's median ratios and their range")
-	flag.BoolVar(&f.detail, "lat-detail", false, "latency table: print, under each worker run, where its time went (messages per receive and per batch, mean receive, wait for a handler and handler time)")
+	flag.BoolVar(&f.detail, "lat-detail", false, "latency table: print, under each worker run, where its time went (messages per receive and per batch, mean receive, wait for a handler and the time of a message's handler)")
 	flag.IntVar(&f.share, "share", 0, "start this many workers at their defaults together on one queue of -n messages and print each one's share (0 skips it)")
 }
 
@@ -183,16 +183,20 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 					vsRef[cell{sd, pd}] = append(vsRef[cell{sd, pd}], w.rate/best.rate)
 					cpuRatio[cell{sd, pd}] = append(cpuRatio[cell{sd, pd}], float64(w.cpu.self)/float64(best.cpu))
 				}
+				refCols := "- | -"
+				if best.rate > 0 {
+					refCols = fmt.Sprintf("%.0f/s (N=%d) | %.2f", best.rate, best.c, w.rate/best.rate)
+				}
 				rawCols := "- | -"
 				if raw.rate > 0 {
 					vsRaw[cell{sd, pd}] = append(vsRaw[cell{sd, pd}], w.rate/raw.rate)
 					rawCols = fmt.Sprintf("%.0f/s (N=%d) | %.2f", raw.rate, raw.c, w.rate/raw.rate)
 				}
-				fmt.Printf("| %v | %v | %.0f/s | %s | %.0f/s (N=%d) | %.2f | %s | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, best.rate, best.c,
-					w.rate/best.rate, rawCols, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
+				fmt.Printf("| %v | %v | %.0f/s | %s | %s | %s | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, refCols,
+					rawCols, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
 					(w.cpu.self+w.cpu.goaws+w.cpu.postgres).Seconds()*w.rate, w.end.Pollers, w.end.Concurrency, w.end.Capacity)
 				if lf.detail {
-					fmt.Printf("|   | | the worker's run: %.1f messages per receive (empty ones included), %.1f per batch; a receive that returned messages took %v, a message waited %v for a handler, a batch's handler took %v | | | | | | | | | |\n",
+					fmt.Printf("|   | | the worker's run: %.1f messages per receive (empty ones included), %.1f per batch; a receive that returned messages took %v, a message waited %v for a handler, and its handler (its turn in the batch's transaction) took %v | | | | | | | | | |\n",
 						w.perRecv, w.perCall, w.receive.Round(10*time.Microsecond), w.held.Round(10*time.Microsecond), w.handler.Round(10*time.Microsecond))
 				}
 			}
