@@ -392,13 +392,18 @@ func (b *bench) batched(ctx context.Context, n, repeat int, want func(string) bo
 		fmt.Printf("\nbatched / N=1 at Concurrency %d: %.2f against %s, %.2f on the fake\n", bf.n1c,
 			bc.worker.rate/bc.n1.rate, b.name, bc.fake.rate/bc.fake1.rate)
 	}
+	w.print(b.name)
+	return nil
+}
+
+// print prints whether every run reached 100% and the longest gap without progress.
+func (w *worst) print(server string) {
 	status := "every run reached 100%"
 	if w.incomplete > 0 {
 		status = fmt.Sprintf("%d of %d runs did NOT reach 100%%", w.incomplete, w.runs)
 	}
-	fmt.Printf("\nprogress (%s): %s of its messages; longest gap without progress %v (%s)%s\n", b.name, status,
+	fmt.Printf("\nprogress (%s): %s of its messages; longest gap without progress %v (%s)%s\n", server, status,
 		w.gap.Round(time.Millisecond), w.what, map[bool]string{true: " -- 2 s OR MORE", false: ""}[w.gap >= 2*time.Second])
-	return nil
 }
 
 // cpuCols formats a run's CPU per message (worker, server, PostgreSQL, total) and its allocations.

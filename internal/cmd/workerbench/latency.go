@@ -108,6 +108,7 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 	}
 	fmt.Printf("\nlatency: SQS and PostgreSQL behind delaying proxies (round trips added; a cell with 0 goes direct); %d messages per run; the worker at its defaults, the frozen reference (receive 10, one transaction with a savepoint, claim and insert per message, DeleteMessageBatch; N loops) at its best N of %s\n\n", n, lf.refc)
 	type cell struct{ sd, pd time.Duration }
+	var wst worst // the worker runs' progress
 	own, vsRef, vsRaw, cpuRatio := map[cell][]float64{}, map[cell][]float64{}, map[cell][]float64{}, map[cell][]float64{}
 	for round := range max(lf.rounds, 1) {
 		if lf.rounds > 1 {
@@ -154,6 +155,7 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 				if w.prog.done < n {
 					return fmt.Errorf("the worker drained only %d of %d messages at SQS %v, PostgreSQL %v", w.prog.done, n, sd, pd)
 				}
+				wst.see(fmt.Sprintf("worker, SQS %v, PostgreSQL %v", sd, pd), w.prog)
 				if sd == 0 && pd == 0 {
 					base = w.rate
 				}
@@ -211,6 +213,7 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 			}
 		}
 	}
+	wst.print(b.name + ", latency table, the worker's runs")
 	fmt.Printf("\n(CPU per message counts the bench process, which runs the proxies too when a cell adds latency; machine CPU is the worker run's bench process, SQS server and PostgreSQL, in cores.)\n")
 	return nil
 }
