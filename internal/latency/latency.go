@@ -35,10 +35,9 @@ type Proxy struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	forwarded atomic.Int64 // bytes forwarded, both directions
-	accepted  atomic.Int64 // connections accepted
-	open      int          // client connections open now (under mu)
-	maxOpen   int          // the most open at once (under mu)
+	accepted atomic.Int64 // connections accepted
+	open     int          // client connections open now (under mu)
+	maxOpen  int          // the most open at once (under mu)
 }
 
 // Start listens on a free loopback port and forwards each connection to target (host:port).
@@ -65,9 +64,6 @@ func (p *Proxy) SetRTT(rtt, jitter time.Duration) {
 
 // RTT returns the round-trip time the proxy adds.
 func (p *Proxy) RTT() time.Duration { return time.Duration(p.rtt.Load()) }
-
-// Forwarded returns the bytes forwarded so far, both directions.
-func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
 
 // Accepted returns the connections accepted so far.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
@@ -152,8 +148,13 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client, true) }()
-	go func() { defer wg.Done(); p.pipe(client, server, false) }()
+	go func() { defer wg.Done(); p.pipe(server, client) }()
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(client, server) // the answers, at once
+		_ = client.Close()             // a proxy that ends one direction ends the connection
+		_ = server.Close()
+	}()
 	wg.Wait()
 }
 
@@ -163,10 +164,10 @@ type chunk struct {
 	due time.Time
 }
 
-// pipe copies src to dst, in order; when hold, each chunk the round trip (plus jitter) after it
-// was read. Reading goes on while earlier chunks wait, so the delay adds latency, not a bandwidth
-// limit. When either side ends, both connections close.
-func (p *Proxy) pipe(dst, src net.Conn, hold bool) {
+// pipe copies src to dst, each chunk the round trip (plus jitter) after it was read, in order.
+// Reading goes on while earlier chunks wait, so the delay adds latency, not a bandwidth limit.
+// When either side ends, both connections close.
+func (p *Proxy) pipe(dst, src net.Conn) {
 	q := make(chan chunk, 1024)
 	done := make(chan struct{})
 	go func() {
@@ -181,7 +182,6 @@ func (p *Proxy) pipe(dst, src net.Conn, hold bool) {
 				}
 				return
 			}
-			p.forwarded.Add(int64(len(c.b)))
 		}
 	}()
 	var last time.Time
@@ -189,12 +189,9 @@ func (p *Proxy) pipe(dst, src net.Conn, hold bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			due := time.Now()
-			if hold {
-				due = due.Add(time.Duration(p.rtt.Load()))
-				if j := p.jitter.Load(); j > 0 {
-					due = due.Add(time.Duration(rand.Int64N(j + 1)))
-				}
+			due := time.Now().Add(time.Duration(p.rtt.Load()))
+			if j := p.jitter.Load(); j > 0 {
+				due = due.Add(time.Duration(rand.Int64N(j + 1)))
 			}
 			if due.Before(last) {
 				due = last // never reorder

@@ -185,17 +185,18 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 					vsRef[cell{sd, pd}] = append(vsRef[cell{sd, pd}], w.rate/best.rate)
 					cpuRatio[cell{sd, pd}] = append(cpuRatio[cell{sd, pd}], float64(w.cpu.self)/float64(best.cpu))
 				}
-				refCols := "- | -"
+				refCols, refCPU := "- | -", "-"
 				if best.rate > 0 {
 					refCols = fmt.Sprintf("%.0f/s (N=%d) | %.2f", best.rate, best.c, w.rate/best.rate)
+					refCPU = best.cpu.Round(time.Microsecond).String()
 				}
 				rawCols := "- | -"
 				if raw.rate > 0 {
 					vsRaw[cell{sd, pd}] = append(vsRaw[cell{sd, pd}], w.rate/raw.rate)
 					rawCols = fmt.Sprintf("%.0f/s (N=%d) | %.2f", raw.rate, raw.c, w.rate/raw.rate)
 				}
-				fmt.Printf("| %v | %v | %.0f/s | %s | %s | %s | %v | %v | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, refCols,
-					rawCols, w.cpu.self.Round(time.Microsecond), best.cpu.Round(time.Microsecond),
+				fmt.Printf("| %v | %v | %.0f/s | %s | %s | %s | %v | %s | %.2f | %d, %d, %d |\n", sd, pd, w.rate, share, refCols,
+					rawCols, w.cpu.self.Round(time.Microsecond), refCPU,
 					(w.cpu.self+w.cpu.goaws+w.cpu.postgres).Seconds()*w.rate, w.end.Pollers, w.end.Concurrency, w.end.Capacity)
 				if lf.detail {
 					fmt.Printf("|   | | the worker's run: %.1f messages per receive (empty ones included), %.1f per batch; a receive that returned messages took %v, a message waited %v for a handler, and its handler (its turn in the batch's transaction) took %v | | | | | | | | | |\n",
