@@ -22,10 +22,11 @@ import (
 // spread over 1, 10 and 100 groups, the relay's publish rate (one message per group in flight,
 // so that a failed entry can never be passed by a later one of its group) against a raw loop of
 // SendMessageBatch calls of ten consecutive messages with the same number of senders, in the
-// same run (fauxqs; GoAws's FIFO queues and SendMessageBatch results are broken).
+// same run (fauxqs; GoAws's FIFO queues and SendMessageBatch results are broken). Each run commits
+// SQSINBOX_BENCH_FIFO_N rows (1,000 by default).
 func BenchmarkRelayFIFO(b *testing.B) {
 	srv.Need(b, sqstest.SendBatchResults)
-	const n = 1000
+	n := envInt(b, "SQSINBOX_BENCH_FIFO_N", 1000) // rows per run; a larger backlog shows what a claim costs per row queued
 	bn := setup(b, nil)
 	for i := 0; i < b.N; i++ {
 		for _, groups := range []int{1, 10, 100} {

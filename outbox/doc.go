@@ -43,7 +43,10 @@
 // destination's rows, the next claim starts past them instead of reading them again (they are
 // still at the front of the unsent rows while they are published); every fourth claim, and every
 // claim that follows one that came up short, starts from the front again, so that a row
-// committed late, released or past its backoff waits a few claims at most. The table keeps half
+// committed late, released or past its backoff waits a few claims at most. A FIFO destination's
+// rows are claimed a group's head at a time, found through the group index one entry per group
+// (never by reading the rows queued behind a head), starting past the group the last FIFO claim
+// reached and wrapping around, so that every group gets its turn. The table keeps half
 // of each page free (fillfactor 50), so that the claim, which sets only the lease, rewrites a row
 // in place without new index entries. [Relay.Stop] lets the publishes in flight finish
 // and releases the claimed rows no sender had begun; [Relay.StopAndCancel] cancels the

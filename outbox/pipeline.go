@@ -89,7 +89,7 @@ func (rl *Relay) feeder() {
 		flush := m.len() > 0 && (!hungry || stopping || m.len() >= rl.cfg.ClaimSize || inflight == 0)
 		if claim || flush {
 			after := cur.after(rl.cfg.PollInterval)
-			jobs, bad, got, err := rl.round(&m, claim, after)
+			jobs, bad, got, err := rl.round(&m, claim, after, cur.group)
 			if err != nil && rl.workCtx.Err() == nil {
 				rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: relay round failed", "schema", rl.cfg.Schema, "error", err)
 			}
@@ -207,20 +207,21 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // cursor lets a claim start past the rows of the claim before it. A claim reads the unsent rows
-// in id order from the front of their index, and the rows claimed before it (queued or being
-// published, a few hundred when the senders are many) are at that front: read again and passed
-// over at every claim, they cost more than the claim itself. After a full claim of rows of a
-// standard destination, the next claim starts past the highest id it took. The rows it passes
-// over that are claimable (released, backed off, committed after higher ids were, or of another
-// destination than the claim's) are taken by the next claim from the front, which comes when a
-// claim from the cursor is not full, and at least every fourth claim and every PollInterval, so
-// that the oldest row waits for a few claims at most. A FIFO row is never passed over: after a
-// claim with FIFO rows the next claim starts from the front, since their groups' next rows lie
-// among the ids taken.
+// of standard destinations in id order from the front of their index, and the rows claimed
+// before it (queued or being published, a few hundred when the senders are many) are at that
+// front: read again and passed over at every claim, they cost more than the claim itself. After a
+// full claim of rows of a standard destination, the next claim starts past the highest id it
+// took. The rows it passes over that are claimable (released, backed off, committed after higher
+// ids were, or of another destination than the claim's) are taken by the next claim from the
+// front, which comes when a claim from the cursor is not full, and at least every fourth claim and
+// every PollInterval, so that the oldest row waits for a few claims at most. FIFO rows are found
+// otherwise, a group's head at a time (see the claim in NewRelay): their scan starts past the
+// last FIFO group claimed and wraps around, so that each group gets its turn.
 type cursor struct {
 	id        int64     // start the next claim past this id; 0: from the front
 	fromFront time.Time // when the last claim from the front was made
 	since     int       // claims from the cursor since then
+	group     [2]string // the FIFO heads' skip scan starts past this group (destination, group id)
 }
 
 // frontEvery is the most claims in a row from the cursor before one from the front.
@@ -245,6 +246,9 @@ func (c *cursor) claimed(after int64, got claimed, full bool) {
 	if full && !got.fifo {
 		c.id = got.maxID
 	}
+	if got.fifo {
+		c.group = got.group
+	}
 }
 
 // claimed is what a claim took: the number of rows, the highest id, and whether any was FIFO.
@@ -252,25 +256,26 @@ type claimed struct {
 	rows  int
 	maxID int64
 	fifo  bool
+	group [2]string // the last FIFO group taken, in the database's order of (destination, group id)
 }
 
 // round writes m and, if claim, claims rows, in one round trip (one implicit transaction), and
 // returns the claimed rows as jobs, and as an jobReport to mark those that cannot be published. If the round fails with marks in it, the marks are written
 // again alone: a failed claim must not lose them. The marks outlive a hard stop (a row published
 // and left unmarked is published again); each round is bounded by PublishTimeout.
-func (rl *Relay) round(m *marks, claim bool, after int64) ([]*job, jobReport, claimed, error) {
+func (rl *Relay) round(m *marks, claim bool, after int64, group [2]string) ([]*job, jobReport, claimed, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.workCtx), rl.cfg.PublishTimeout)
 	defer cancel()
-	jobs, bad, got, err := rl.roundTrip(ctx, m, claim, after)
+	jobs, bad, got, err := rl.roundTrip(ctx, m, claim, after, group)
 	if err != nil && claim && m.len() > 0 {
-		if _, _, _, err2 := rl.roundTrip(ctx, m, false, 0); err2 != nil {
+		if _, _, _, err2 := rl.roundTrip(ctx, m, false, 0, group); err2 != nil {
 			return nil, bad, got, errors.Join(err, err2)
 		}
 	}
 	return jobs, bad, got, err
 }
 
-func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool, after int64) ([]*job, jobReport, claimed, error) {
+func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool, after int64, group [2]string) ([]*job, jobReport, claimed, error) {
 	var (
 		published, parked int64
 		took              []*row
@@ -310,7 +315,7 @@ func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool, after int6
 	token := newToken()
 	deadline := time.Now().Add(rl.cfg.Lease / 2)
 	if claim {
-		b.Queue(rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token, after).Query(func(rs pgx.Rows) error {
+		b.Queue(rl.sql.claim, rl.kinds, rl.cfg.ClaimSize, rl.cfg.Lease.Seconds(), token, after, group[0], group[1]).Query(func(rs pgx.Rows) error {
 			for rs.Next() {
 				r := &row{}
 				var kind string
@@ -321,6 +326,9 @@ func (rl *Relay) roundTrip(ctx context.Context, m *marks, claim bool, after int6
 				r.kind = Kind(kind)
 				took, raw = append(took, r), append(raw, attrs)
 				got.rows, got.maxID, got.fifo = got.rows+1, max(got.maxID, r.id), got.fifo || r.fifo
+				if r.fifo {
+					got.group = [2]string{r.destination, r.groupID} // rows come in that order
+				}
 			}
 			return wrap("claim", rs.Err())
 		})

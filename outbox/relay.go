@@ -211,21 +211,43 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		rl.snsOpt = snsOption(c.SNS)
 	}
 	t := sqlident.Quote(c.Schema, "outbox_messages")
-	// The conditions on the row's own columns are in the locking query, so that PostgreSQL
-	// checks them again on a row another relay claimed and committed meanwhile. A FIFO row is
-	// taken only when no earlier row of its group is unsent: the group's head, one per claim,
-	// and not while the head is in flight, backing off or parked.
-	ready := `o.sent_at IS NULL AND o.parked_at IS NULL AND o.available_at <= now()
-		AND (o.claimed_until IS NULL OR o.claimed_until < now()) AND o.kind = ANY($1) AND o.id > $5
-		AND (NOT o.fifo OR NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.destination = o.destination
-			AND p.group_id = o.group_id AND p.fifo AND p.sent_at IS NULL AND p.id < o.id))`
-	rl.sql.claim = `WITH head AS (SELECT o.destination FROM ` + t + ` o WHERE ` + ready + ` ORDER BY o.id LIMIT 1),
-		pick AS (SELECT o.id FROM ` + t + ` o WHERE ` + ready + ` AND o.destination = (SELECT destination FROM head)
-			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		UPDATE ` + t + ` o SET claimed_until = now() + make_interval(secs => $3), lease_token = $4
-		WHERE o.id = ANY(ARRAY(SELECT id FROM pick))
-		RETURNING o.id, o.event_id, o.kind, o.destination, o.fifo, o.body, o.attributes,
-			coalesce(o.group_id, ''), coalesce(o.dedup_id, ''), o.delay_seconds`
+	// The claim takes rows of one destination: the oldest of the candidates. The candidates are
+	// the first unsent rows of standard destinations in id order (past the cursor, $5), read from
+	// their range of outbox_messages_unsent_kind_idx, and the heads of the FIFO groups: a FIFO row
+	// may go only when no earlier row of its group is unsent, so only a group's first unsent row
+	// is a candidate. The heads are found one group at a time, by a skip scan of
+	// outbox_messages_group_idx that starts past the group of the last FIFO claim ($6, $7) and
+	// wraps around to the first group: every group gets its turn however many there are, and a
+	// claim reads one index entry per group it passes, never the rows queued behind a head. (Read
+	// in id order, as it was, a FIFO backlog made each claim pass over every unsent row of the
+	// groups: a second a claim with 100,000 rows in ten groups.) The conditions on the row's own
+	// columns are in the locking query, so that PostgreSQL checks them again on a row another
+	// relay claimed and committed meanwhile; so is the head's, which the skip scan read before
+	// the lock.
+	own := `o.sent_at IS NULL AND o.parked_at IS NULL AND o.available_at <= now()
+		AND (o.claimed_until IS NULL OR o.claimed_until < now()) AND o.kind = ANY($1)`
+	groupHead := func(from, to string) string {
+		return `(SELECT o.destination, o.group_id, o.id FROM ` + t + ` o WHERE o.sent_at IS NULL AND o.fifo
+			AND (o.destination, o.group_id) > (` + from + `)` + to + ` ORDER BY o.destination, o.group_id, o.id LIMIT 1)`
+	}
+	rl.sql.claim = `WITH RECURSIVE
+		std AS (SELECT o.id, o.destination FROM ` + t + ` o WHERE o.fifo = false AND ` + own + ` AND o.id > $5 ORDER BY o.fifo, o.id LIMIT $2),
+		past(destination, group_id, id) AS (` + groupHead("$6::text, $7::text", "") + `
+			UNION ALL SELECT n.* FROM past g, LATERAL ` + groupHead("g.destination, g.group_id", "") + ` n),
+		upto(destination, group_id, id) AS (` + groupHead("'', ''", " AND (o.destination, o.group_id) <= ($6::text, $7::text)") + `
+			UNION ALL SELECT n.* FROM upto g, LATERAL ` + groupHead("g.destination, g.group_id", " AND (o.destination, o.group_id) <= ($6::text, $7::text)") + ` n),
+		heads AS (SELECT id FROM past UNION ALL SELECT id FROM upto),
+		fifo AS (SELECT r.id, r.destination FROM heads h, LATERAL (SELECT o.id, o.destination FROM ` + t + ` o WHERE o.id = h.id AND ` + own + `) r LIMIT $2),
+		cand AS (SELECT id, destination FROM std UNION ALL SELECT id, destination FROM fifo),
+		pick AS (SELECT o.id FROM ` + t + ` o WHERE o.id = ANY(ARRAY(SELECT id FROM cand WHERE destination = (SELECT destination FROM cand ORDER BY id LIMIT 1)))
+			AND ` + own + ` AND (NOT o.fifo OR NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.destination = o.destination
+				AND p.group_id = o.group_id AND p.fifo AND p.sent_at IS NULL AND p.id < o.id))
+			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED),
+		took AS (UPDATE ` + t + ` o SET claimed_until = now() + make_interval(secs => $3), lease_token = $4
+			WHERE o.id = ANY(ARRAY(SELECT id FROM pick))
+			RETURNING o.id, o.event_id, o.kind, o.destination, o.fifo, o.body, o.attributes,
+				coalesce(o.group_id, '') AS group_id, coalesce(o.dedup_id, '') AS dedup_id, o.delay_seconds)
+		SELECT * FROM took ORDER BY destination, group_id` // the last FIFO row's group is where the next skip scan starts
 	// The marks take each row with the token of its claim: a row whose lease passed to another
 	// claim is left alone.
 	rl.sql.sent = `UPDATE ` + t + ` o SET sent_at = now(), claimed_until = NULL, lease_token = NULL, last_error = NULL

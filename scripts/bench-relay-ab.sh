@@ -9,6 +9,11 @@
 # medians of the relay's rate: a before/after claim from the same machine at the same time.
 #
 #   ROUNDS=10 MSGS=10000 scripts/bench-relay-ab.sh 953c66f HEAD
+#
+# With FIFO=1 each run is one BenchmarkRelayFIFO instead: MSGS rows to a FIFO queue spread over
+# 1, 10 and 100 groups; the cells are the group counts, the columns the relay's rate and relay /
+# raw (the raw loop at 4 senders).
+#   FIFO=1 ROUNDS=10 MSGS=5000 scripts/bench-relay-ab.sh OLD NEW
 set -euo pipefail
 old=${1:?usage: bench-relay-ab.sh OLD [NEW]}
 new=${2:-HEAD}
@@ -41,6 +46,16 @@ out=$tmp/runs
 : >"$out"
 run() {
 	local c=$1 i=$2
+	if [[ ${FIFO:-} == 1 ]]; then
+		(cd "$tmp/$c/outbox" && SQSINBOX_TEST_SQS=$server SQSINBOX_BENCH_FIFO_N=$msgs \
+			"$tmp/$c.test" -test.run '^$' -test.bench 'BenchmarkRelayFIFO$' -test.benchtime 1x) |
+			awk -v c="$c" -v i="$i" '/^FIFO, [0-9]+ groups:/ {
+				cell = $2 "groups"
+				match($0, /relay [0-9]+ msgs/); relay = substr($0, RSTART + 6, RLENGTH - 11)
+				match($0, /ratio [0-9.]+/); ratio = substr($0, RSTART + 6, RLENGTH - 6)
+				print c, i, cell, relay, ratio, "-", "-" }' | tee -a "$out"
+		return
+	fi
 	(cd "$tmp/$c/outbox" && SQSINBOX_TEST_SQS=$server SQSINBOX_BENCH_ROUNDS=1 SQSINBOX_BENCH_N=$msgs SQSINBOX_BENCH_SQS_RTT=0,$rtt \
 		"$tmp/$c.test" -test.run '^$' -test.bench 'BenchmarkRelay$' -test.benchtime 1x) |
 		awk -v c="$c" -v i="$i" '/^round 1, SQS RTT/ {
@@ -58,8 +73,14 @@ done
 echo
 echo "| cell | measure | old median | spread | new median | spread | new / old |"
 echo "|---|---|---:|---:|---:|---:|---:|"
-for cell in 0s "${rtt}ms"; do
-	for col in 4 5 6; do
+cells=(0s "${rtt}ms")
+cols=(4 5 6)
+if [[ ${FIFO:-} == 1 ]]; then
+	cells=(1groups 10groups 100groups)
+	cols=(4 5)
+fi
+for cell in "${cells[@]}"; do
+	for col in "${cols[@]}"; do
 		name=$( ((col == 4)) && echo "relay msgs/s" || { ((col == 5)) && echo "relay / raw (best N)" || echo "relay / its rate direct"; })
 		stats() { awk -v c="$1" -v cell="$cell" -v k="$col" '$1 == c && $3 == cell { print $k }' "$out" | sort -g |
 			awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s %s-%s\n", m, v[1], v[NR] }'; }

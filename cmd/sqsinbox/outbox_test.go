@@ -63,7 +63,7 @@ func TestMigrateCoversTheOutbox(t *testing.T) {
 	}
 	// One command brings the whole schema up.
 	r = mig("up").mustOK(t)
-	if !strings.Contains(r.stdout, "inbox is up to date") || !strings.Contains(r.stdout, "outbox: applied 0001, 0002 (2 migrations)") {
+	if !strings.Contains(r.stdout, "inbox is up to date") || !strings.Contains(r.stdout, "outbox: applied 0001, 0002, 0003 (3 migrations)") {
 		t.Fatalf("up: %s", r.stdout)
 	}
 	r = mig("status").mustOK(t)
@@ -84,13 +84,13 @@ func TestMigrateCoversTheOutbox(t *testing.T) {
 	}
 	defer pool.Close()
 	seedOutbox(t, pool, schema)
-	mig("down", "--only", "outbox", "--all").mustFail(t, 2, "reverting outbox 0002, 0001 (2 migrations) drops "+schema+".outbox_messages (7 rows)", "pass --yes")
+	mig("down", "--only", "outbox", "--all").mustFail(t, 2, "reverting outbox 0003, 0002, 0001 (3 migrations) drops "+schema+".outbox_messages (7 rows)", "pass --yes")
 	mig("down", "--all").mustFail(t, 2, "outbox_messages (7 rows)")
 	if got := tablesOf(t, pool, schema); got != allTables {
 		t.Fatalf("a refused down dropped something: %q", got)
 	}
-	r = mig("down", "--only", "outbox", "--steps", "2", "--yes").mustOK(t)
-	if !strings.Contains(r.stdout, "outbox: reverted 0002, 0001 (2 migrations)") {
+	r = mig("down", "--only", "outbox", "--steps", "3", "--yes").mustOK(t)
+	if !strings.Contains(r.stdout, "outbox: reverted 0003, 0002, 0001 (3 migrations)") {
 		t.Fatalf("down --only outbox: %s", r.stdout)
 	}
 	if got := tablesOf(t, pool, schema); got != "idempotency_keys,inbox_layout,inbox_sources,outbox_schema_migrations,processed_messages,schema_migrations" {
