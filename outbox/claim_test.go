@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -43,19 +44,7 @@ func TestFIFOClaimReadsPastNoQueuedRows(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, "ANALYZE "+b.schema+".outbox_messages"); err != nil {
 		t.Fatal(err)
 	}
-	rl, err := outbox.NewRelay(b.pool, &outbox.RelayConfig{Schema: b.schema, SQS: srv.Client()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, claim := outbox.ClaimSQL(rl)
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, plan); err != nil {
-		t.Fatal(err)
-	}
+	tx, claim := claimTx(t, b)
 	// claimOnce claims with token tok, the FIFO scan starting past group (dest, group), and
 	// returns the bodies it took, in id order, and the buffers it read.
 	claimOnce := func(tok, dest, group string) ([]string, int) {
@@ -116,20 +105,8 @@ func TestFIFOClaimTakesTurns(t *testing.T) {
 		msgs = append(msgs, outbox.Message{Destination: fifoURL, GroupID: fmt.Sprintf("g%03d", j), Body: fmt.Sprintf("g%03d", j)})
 	}
 	b.add(t, msgs...)
-	rl, err := outbox.NewRelay(b.pool, &outbox.RelayConfig{Schema: b.schema, SQS: srv.Client()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, claim := outbox.ClaimSQL(rl)
 	ctx := t.Context()
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, plan); err != nil {
-		t.Fatal(err)
-	}
+	tx, claim := claimTx(t, b)
 	group := ""
 	for i, want := range [][2]string{{"g000", "g099"}, {"g100", "g199"}, {"g000", "g249"}} {
 		rows, err := tx.Query(ctx, claim, []string{"sqs"}, 100, 30.0, fmt.Sprint("t", i), int64(0), fifoDest(group, fifoURL), group)
@@ -158,6 +135,27 @@ func TestFIFOClaimTakesTurns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// claimTx returns a transaction, rolled back when the test ends, with the settings of a relay's
+// round, and the relay's claim statement (a relay made on b's schema, not started).
+func claimTx(t *testing.T, b *bundle) (pgx.Tx, string) {
+	t.Helper()
+	rl, err := outbox.NewRelay(b.pool, &outbox.RelayConfig{Schema: b.schema, SQS: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, claim := outbox.ClaimSQL(rl)
+	ctx := t.Context()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+	if _, err := tx.Exec(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	return tx, claim
 }
 
 // fifoDest is the destination to pass with group: none before the first claim.
