@@ -231,15 +231,17 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 			AND (o.destination, o.group_id) > (` + from + `)` + to + ` ORDER BY o.destination, o.group_id, o.id LIMIT 1)`
 	}
 	rl.sql.claim = `WITH RECURSIVE
-		std AS (SELECT o.id, o.destination FROM ` + t + ` o WHERE o.fifo = false AND ` + own + ` AND o.id > $5 ORDER BY o.fifo, o.id LIMIT $2),
+		std AS (SELECT o.id, o.destination, o.fifo FROM ` + t + ` o WHERE o.fifo = false AND ` + own + ` AND o.id > $5 ORDER BY o.fifo, o.id LIMIT $2),
 		past(destination, group_id, id) AS (` + groupHead("$6::text, $7::text", "") + `
 			UNION ALL SELECT n.* FROM past g, LATERAL ` + groupHead("g.destination, g.group_id", "") + ` n),
 		upto(destination, group_id, id) AS (` + groupHead("'', ''", " AND (o.destination, o.group_id) <= ($6::text, $7::text)") + `
 			UNION ALL SELECT n.* FROM upto g, LATERAL ` + groupHead("g.destination, g.group_id", " AND (o.destination, o.group_id) <= ($6::text, $7::text)") + ` n),
 		heads AS (SELECT id FROM past UNION ALL SELECT id FROM upto),
-		fifo AS (SELECT r.id, r.destination FROM heads h, LATERAL (SELECT o.id, o.destination FROM ` + t + ` o WHERE o.id = h.id AND ` + own + `) r LIMIT $2),
-		cand AS (SELECT id, destination FROM std UNION ALL SELECT id, destination FROM fifo),
-		pick AS (SELECT o.id FROM ` + t + ` o WHERE o.id = ANY(ARRAY(SELECT id FROM cand WHERE destination = (SELECT destination FROM cand ORDER BY id LIMIT 1)))
+		fifo AS (SELECT r.id, r.destination, r.fifo FROM heads h, LATERAL (SELECT o.id, o.destination, o.fifo FROM ` + t + ` o WHERE o.id = h.id AND ` + own + ` OFFSET 0) r LIMIT $2),
+		cand AS (SELECT id, destination, fifo FROM std UNION ALL SELECT id, destination, fifo FROM fifo),
+		first AS (SELECT destination, fifo FROM cand ORDER BY id LIMIT 1),
+		pick AS (SELECT o.id FROM ` + t + ` o WHERE o.fifo = (SELECT fifo FROM first)
+			AND o.id = ANY(ARRAY(SELECT id FROM cand WHERE destination = (SELECT destination FROM first)))
 			AND ` + own + ` AND (NOT o.fifo OR NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.destination = o.destination
 				AND p.group_id = o.group_id AND p.fifo AND p.sent_at IS NULL AND p.id < o.id))
 			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED),
