@@ -218,9 +218,9 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	// is a candidate. The heads are found one group at a time, by a skip scan of
 	// outbox_messages_group_idx that starts past the group of the last FIFO claim ($6, $7) and
 	// wraps around to the first group: every group gets its turn however many there are, and a
-	// claim reads one index entry per group it passes, never the rows queued behind a head. (Read
-	// in id order, as it was, a FIFO backlog made each claim pass over every unsent row of the
-	// groups: a second a claim with 100,000 rows in ten groups.) The conditions on the row's own
+	// claim reads one index entry per group it passes, never the rows queued behind a head (read
+	// in id order, a FIFO backlog would make each claim pass over every unsent row of the groups:
+	// a second a claim with 100,000 rows in ten groups). The conditions on the row's own
 	// columns are in the locking query, so that PostgreSQL checks them again on a row another
 	// relay claimed and committed meanwhile; so is the head's, which the skip scan read before
 	// the lock.
