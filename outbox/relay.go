@@ -220,12 +220,10 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	// wraps around to the first group: every group gets its turn however many there are, and a
 	// claim reads one index entry per group it passes, never the rows queued behind a head (read
 	// in id order, a FIFO backlog would make each claim pass over every unsent row of the groups:
-	// a second a claim with 100,000 rows in ten groups). Each candidate is locked as it is read
-	// (rows another claim holds are skipped), and the claim takes those of the oldest one's
-	// destination without reading them again; the others stay locked only until the round
-	// commits. The conditions on the row's own columns, and the head's, are in the locking
-	// queries, so that PostgreSQL checks them again on a row another relay claimed and committed
-	// meanwhile.
+	// a second a claim with 100,000 rows in ten groups). The conditions on the row's own
+	// columns are in the locking query, so that PostgreSQL checks them again on a row another
+	// relay claimed and committed meanwhile; so is the head's, which the skip scan read before
+	// the lock.
 	own := `o.sent_at IS NULL AND o.parked_at IS NULL AND o.available_at <= now()
 		AND (o.claimed_until IS NULL OR o.claimed_until < now()) AND o.kind = ANY($1)`
 	groupHead := func(from, to string) string {
@@ -233,19 +231,20 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 			AND (o.destination, o.group_id) > (` + from + `)` + to + ` ORDER BY o.destination, o.group_id, o.id LIMIT 1)`
 	}
 	rl.sql.claim = `WITH RECURSIVE
-		std AS (SELECT o.id, o.destination FROM ` + t + ` o WHERE o.fifo = false AND ` + own + ` AND o.id > $5
-			ORDER BY o.fifo, o.id LIMIT $2 FOR UPDATE SKIP LOCKED),
+		std AS (SELECT o.id, o.destination, o.fifo FROM ` + t + ` o WHERE o.fifo = false AND ` + own + ` AND o.id > $5 ORDER BY o.fifo, o.id LIMIT $2),
 		past(destination, group_id, id) AS (` + groupHead("$6::text, $7::text", "") + `
 			UNION ALL SELECT n.* FROM past g, LATERAL ` + groupHead("g.destination, g.group_id", "") + ` n),
 		upto(destination, group_id, id) AS (` + groupHead("'', ''", " AND (o.destination, o.group_id) <= ($6::text, $7::text)") + `
 			UNION ALL SELECT n.* FROM upto g, LATERAL ` + groupHead("g.destination, g.group_id", " AND (o.destination, o.group_id) <= ($6::text, $7::text)") + ` n),
 		heads AS (SELECT id FROM past UNION ALL SELECT id FROM upto),
-		fifo AS (SELECT r.id, r.destination FROM heads h, LATERAL (SELECT o.id, o.destination FROM ` + t + ` o WHERE o.id = h.id AND ` + own + `
-			AND NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.destination = o.destination
-				AND p.group_id = o.group_id AND p.fifo AND p.sent_at IS NULL AND p.id < o.id)
-			OFFSET 0 FOR UPDATE SKIP LOCKED) r LIMIT $2),
-		cand AS (SELECT id, destination FROM std UNION ALL SELECT id, destination FROM fifo),
-		pick AS (SELECT id FROM cand WHERE destination = (SELECT destination FROM cand ORDER BY id LIMIT 1) ORDER BY id LIMIT $2),
+		fifo AS (SELECT r.id, r.destination, r.fifo FROM heads h, LATERAL (SELECT o.id, o.destination, o.fifo FROM ` + t + ` o WHERE o.id = h.id AND ` + own + ` OFFSET 0) r LIMIT $2),
+		cand AS (SELECT id, destination, fifo FROM std UNION ALL SELECT id, destination, fifo FROM fifo),
+		first AS (SELECT destination, fifo FROM cand ORDER BY id LIMIT 1),
+		pick AS (SELECT o.id FROM ` + t + ` o WHERE o.fifo = (SELECT fifo FROM first)
+			AND o.id = ANY(ARRAY(SELECT id FROM cand WHERE destination = (SELECT destination FROM first)))
+			AND ` + own + ` AND (NOT o.fifo OR NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.destination = o.destination
+				AND p.group_id = o.group_id AND p.fifo AND p.sent_at IS NULL AND p.id < o.id))
+			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED),
 		took AS (UPDATE ` + t + ` o SET claimed_until = now() + make_interval(secs => $3), lease_token = $4
 			WHERE o.id = ANY(ARRAY(SELECT id FROM pick))
 			RETURNING o.id, o.event_id, o.kind, o.destination, o.fifo, o.body, o.attributes,
