@@ -53,6 +53,12 @@ else
   endif
 endif
 
+LOADED_COUNT ?= 5
+
+.PHONY: test-loaded
+test-loaded: ## Before you stop: every package's tests under -race with two CPU burners taking both cores, LOADED_COUNT (5) times, on GoAws and then fauxqs (scripts/test-loaded.sh; about an hour; PKGS=./inbox/ for fewer). Not in CI's path.
+	COUNT=$(LOADED_COUNT) scripts/test-loaded.sh $(PKGS)
+
 .PHONY: bench
 bench: bench-inbox bench-http bench-worker bench-relay ## Run the benchmarks and print their tables.
 
