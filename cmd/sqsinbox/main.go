@@ -28,10 +28,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/version"
 )
 
 func main() {
@@ -90,7 +91,7 @@ func runEnv(ctx context.Context, e env, args []string) int {
 		return 0
 	}
 	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
-		fmt.Fprintln(e.stdout, "sqsinbox", version())
+		fmt.Fprintln(e.stdout, "sqsinbox", version.String())
 		return 0
 	}
 	for _, c := range commands {
@@ -116,15 +117,6 @@ func runEnv(ctx context.Context, e env, args []string) int {
 	}
 	fmt.Fprintf(stderr, "sqsinbox: unknown command %q (run `sqsinbox help`)\n", args[0])
 	return 2
-}
-
-// version is the module version the binary was built from: a tag for `go install ...@v1.2.3`,
-// "(devel)" for a build in a checkout.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }
 
 func usage(w io.Writer) {
