@@ -65,7 +65,7 @@ var commands = []command{
 	{"migrate", "apply, revert or list the inbox's and the outbox's schema migrations", runMigrate},
 	{"purge", "delete inbox rows past the queues' redelivery horizon, expired HTTP idempotency keys and old sent outbox rows, once", runPurge},
 	{"stats", "show inbox rows per handler, the outbox's backlog and parked messages, and a queue's depth, its DLQ's and their oldest ages", runStats},
-	{"inbox", "show the inbox's layout, or switch it to the generations layout (layout generations)", runInbox},
+	{"inbox", "show the inbox's layout, or switch it to the generations or keytime layout (layout generations|keytime)", runInbox},
 	{"events", "show which handlers processed an event, and when (show KEY), or list a handler's events (list --handler H)", runEvents},
 	{"outbox", "list the outbox's parked messages (list-parked), or re-queue them (retry)", runOutbox},
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
