@@ -124,7 +124,7 @@ func Read(dir, resource string) ([]Container, error) {
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("ecstask: container_definitions: %w", diags)
 	}
-	if !v.IsWhollyKnown() && !v.IsKnown() || !v.CanIterateElements() {
+	if !v.IsKnown() || !v.CanIterateElements() {
 		return nil, fmt.Errorf("ecstask: container_definitions is not a known list of containers")
 	}
 	var out []Container
