@@ -88,7 +88,7 @@ soak: ## Every reliability scenario at SOAK_MESSAGES (50,000) messages with SOAK
 	$(GO) run ./internal/cmd/soak -messages $(SOAK_MESSAGES) -workers $(SOAK_WORKERS)
 
 .PHONY: examples-copy-check
-examples-copy-check: ## Copy each example folder out of the repository with a go.mod of its own and build it (public packages only).
+examples-copy-check: ## Copy each example folder out of the repository with a go.mod of its own and build it (public packages only); build a module made with README.md's replace lines.
 	scripts/examples-copy-check.sh
 
 .PHONY: localstack-check

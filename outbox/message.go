@@ -213,6 +213,10 @@ func validateAttribute(name string, a Attribute) error {
 	return nil
 }
 
+// ValidateNumber reports whether SQS and SNS take s as the value of a Number attribute: a
+// decimal of up to 38 significant digits between -10^128 and 10^126.
+func ValidateNumber(s string) error { return validNumber(s) }
+
 var numberRE = regexp.MustCompile(`^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$`)
 
 // validNumber checks what SQS checks: a decimal of up to 38 significant digits between -10^128

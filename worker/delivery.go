@@ -39,6 +39,7 @@ type engine struct {
 	work      context.Context // handlers' contexts descend from it; a hard stop cancels it
 	vis       time.Duration   // the visibility timeout in force
 	queue     string          // the queue's name, for Message.Queue
+	maxRecv   int             // the queue's maxReceiveCount (0: no redrive policy), for the failure's log line
 	sw        *sqsWriter
 	del       *deleter
 	slots     *semaphore.Weighted
@@ -289,7 +290,11 @@ func (e *engine) dispose(m *Message, err, cause error) disposition {
 	if d.act == actRetry && d.msg == "" && retry == nil {
 		// A failure: the pause's own line says it once for an outage or a broken deployment.
 		d.msg = "worker: message failed; it will be delivered again"
-		d.attrs = []any{"receive_count", m.ReceiveCount, "error", err}
+		if e.maxRecv > 0 && m.ReceiveCount >= e.maxRecv {
+			// SQS moves it to the DLQ instead of delivering it again once it is visible.
+			d.msg = "worker: message failed on its last receive; it will be dead-lettered next"
+		}
+		d.attrs = []any{"receive_count", m.ReceiveCount, "max_receive_count", e.maxRecv, "error", err}
 	}
 	switch {
 	case errors.Is(cause, ErrLeaseLost) && !d.done:

@@ -51,7 +51,7 @@
 // refuses a queue whose visibility timeout is 0, warns when there is no redrive policy, and runs
 // the handler's [QueueChecker], all within Config.StartTimeout, and logs a warning when the
 // handler's [CapacityChecker] finds its resources short of Config.Concurrency (for the inbox: a
-// database pool smaller than Concurrency plus one). [Worker.Stop] stops receiving,
+// database pool smaller than Concurrency). [Worker.Stop] stops receiving,
 // releases what has not started, lets handlers finish for up to Config.ShutdownTimeout, flushes
 // the deletes, and returns when no goroutine of the worker is left. [Worker.StopAndCancel]
 // cancels the handlers at once. Each logs one line at Info level. The worker installs no signal

@@ -154,7 +154,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// Everything the pollers, Stop and State read is set before the queue is published under
 	// the lock, which is what they check first.
 	w.startedAt = time.Now()
-	w.log, w.e.log, w.e.vis, w.e.queue = log, log, vis, q.Name
+	w.log, w.e.log, w.e.vis, w.e.queue, w.e.maxRecv = log, log, vis, q.Name, q.MaxReceiveCount
 	w.life.EndStart(ctx, true)
 	w.recvCtx, w.recvCancel = context.WithCancelCause(base)
 	w.e.work = w.life.WorkContext()

@@ -3,8 +3,10 @@
 // the `migrate` and `healthcheck` subcommands, and a worker that runs until SIGTERM or SIGINT and
 // then stops within ECS's stop timeout. Your main is one call to [Main] with a [Spec] (your
 // handler's name, your migrations, your handler); the examples (examples/warehouse, loyalty,
-// payments) are built this way. Programs that want their own plumbing use worker, inbox and
-// inboxhandler directly, as examples/firstworker does.
+// payments) and the README's first worker (examples/firstworker) are built this way, and
+// terraform/examples/ecs-worker runs such a program. Programs that want their own plumbing use
+// worker, inbox and inboxhandler directly; docs/deploying.md says what such a main must do to run
+// in that task definition.
 //
 // # The environment (the contract of a program built with Main)
 //

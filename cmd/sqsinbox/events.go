@@ -157,9 +157,9 @@ func listEvents(ctx context.Context, e env, ib *inbox.Inbox, o inbox.ListOptions
 	}
 	switch {
 	case next != "":
-		fmt.Fprintf(e.stdout, "%d events; next page: --after %s\n", len(page), next)
+		fmt.Fprintf(e.stdout, "%s; next page: --after %s\n", plural(len(page), "event"), next)
 	default:
-		fmt.Fprintf(e.stdout, "%d events; the last page\n", len(page))
+		fmt.Fprintf(e.stdout, "%s; the last page\n", plural(len(page), "event"))
 	}
 	return nil
 }

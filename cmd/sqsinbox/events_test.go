@@ -47,6 +47,12 @@ func TestEventsShowAndList(t *testing.T) {
 		t.Errorf("show --json: %v\n%s", err, r.stdout)
 	}
 
+	// One event: said in the singular.
+	r = events("list", "--handler", "loyalty").mustOK(t)
+	if !strings.Contains(r.stdout, "evt_9f3k") || !strings.Contains(r.stdout, "\n1 event; the last page\n") {
+		t.Errorf("list --handler loyalty:\n%s", r.stdout)
+	}
+
 	// The 10 days before now: e01..e10 (e10 is 10 days old, within the --since of 10d 1h).
 	r = events("list", "--handler", "warehouse", "--since", "241h", "--limit", "4").mustOK(t)
 	if !strings.Contains(r.stdout, "e10") || !strings.Contains(r.stdout, "e07") || strings.Contains(r.stdout, "e06") ||

@@ -28,10 +28,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/version"
 )
 
 func main() {
@@ -64,7 +65,7 @@ var commands = []command{
 	{"migrate", "apply, revert or list the inbox's and the outbox's schema migrations", runMigrate},
 	{"purge", "delete inbox rows past the queues' redelivery horizon, expired HTTP idempotency keys and old sent outbox rows, once", runPurge},
 	{"stats", "show inbox rows per handler, the outbox's backlog and parked messages, and a queue's depth, its DLQ's and their oldest ages", runStats},
-	{"inbox", "show the inbox's layout, or switch it to the generations layout (layout generations)", runInbox},
+	{"inbox", "show the inbox's layout, or switch it to the generations or keytime layout (layout generations|keytime)", runInbox},
 	{"events", "show which handlers processed an event, and when (show KEY), or list a handler's events (list --handler H)", runEvents},
 	{"outbox", "list the outbox's parked messages (list-parked), or re-queue them (retry)", runOutbox},
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
@@ -90,7 +91,7 @@ func runEnv(ctx context.Context, e env, args []string) int {
 		return 0
 	}
 	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
-		fmt.Fprintln(e.stdout, "sqsinbox", version())
+		fmt.Fprintln(e.stdout, "sqsinbox", version.String())
 		return 0
 	}
 	for _, c := range commands {
@@ -116,15 +117,6 @@ func runEnv(ctx context.Context, e env, args []string) int {
 	}
 	fmt.Fprintf(stderr, "sqsinbox: unknown command %q (run `sqsinbox help`)\n", args[0])
 	return 2
-}
-
-// version is the module version the binary was built from: a tag for `go install ...@v1.2.3`,
-// "(devel)" for a build in a checkout.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }
 
 func usage(w io.Writer) {

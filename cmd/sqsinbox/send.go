@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -39,7 +40,13 @@ func runSend(ctx context.Context, e env, args []string) error {
 			"--topic-arn publishes to an SNS topic instead (PublishBatch, or Publish where the server\n"+
 			"has no PublishBatch), with the same event_id attribute: every queue subscribed to the\n"+
 			"topic gets each line, raw or in an SNS envelope, and the worker reads the key either way.\n\n"+
-			"A FIFO queue or topic (its name ends in .fifo) needs --group-id; --dedup-id is for FIFO\n"+
+			"--attr NAME=VALUE (repeatable) sets a message attribute on every message: a String, or a\n"+
+			"Number with NAME:Number=VALUE. An inboxhandler.Router reads the type from the attribute\n"+
+			"type: --attr type=OrderPaid. Names follow SQS's rules (letters, digits, _ - and ., no AWS.\n"+
+			"or Amazon. prefix); event_id is send's own. --raw sends lines that are not JSON as they\n"+
+			"are (without event_id): the handler fails them, and they go the retry-then-DLQ way.\n\n"+
+			"A FIFO queue or topic (its name ends in .fifo) needs --group-id; on a standard queue it\n"+
+			"is optional (the tenant of SQS fair queues). --dedup-id is for FIFO\n"+
 			"ones without content-based deduplication. Each takes a literal id, `key` (the line's event\n"+
 			"key) or `field:NAME` (the line's top-level field NAME). SQS allows 1 to 128 characters of\n"+
 			"letters, digits and punctuation. With --dedup-id key, SQS drops a --repeat copy sent\n"+
@@ -60,11 +67,14 @@ func runSend(ctx context.Context, e env, args []string) error {
 	keyField := fs.String("key-field", "id", "top-level JSON field whose value becomes the event_id attribute")
 	allowNoKey := fs.Bool("allow-no-key", false, "send lines without the key field (no event_id attribute) instead of refusing them")
 	maxBytes := fs.Int("max-bytes", 0, "the largest message sent, body and attributes, in bytes (0: the queue's or topic's MaximumMessageSize)")
-	groupID := fs.String("group-id", "", "FIFO MessageGroupId: a literal, key (the event key) or field:NAME")
+	groupID := fs.String("group-id", "", "MessageGroupId: a literal, key (the event key) or field:NAME; required for FIFO, a fair-queue tenant on a standard queue")
 	dedupID := fs.String("dedup-id", "", "FIFO MessageDeduplicationId: a literal, key (the event key) or field:NAME")
 	offBucket := fs.String("offload-bucket", "", "put lines over the message limit in this S3 bucket and send pointers to them")
 	offAlways := fs.Bool("offload-always", false, "with --offload-bucket, offload every line, whatever its size")
 	offMax := fs.Int("offload-max-bytes", s3payload.DefaultMaxPayload, "with --offload-bucket, the largest line sent")
+	var attrSpecs attrFlags
+	fs.Var(&attrSpecs, "attr", "a message attribute on every message, NAME=VALUE or NAME:Number=VALUE (repeatable), e.g. type=OrderPaid")
+	raw := fs.Bool("raw", false, "send lines that are not JSON as they are (a poison message, to try the DLQ path); those go without event_id")
 	words, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -93,6 +103,10 @@ func runSend(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%w: %s is a FIFO %s: pass --group-id (a literal, key or field:NAME)", errUsage, lastPart(dest), kind)
 	case !fifo && *dedupID != "":
 		return fmt.Errorf("%w: --dedup-id is for FIFO queues and topics (their names end in .fifo)", errUsage)
+	}
+	attrs, attrsSize, err := parseAttrs(attrSpecs, "event_id")
+	if err != nil {
+		return err
 	}
 	group, err := newFIFOID("--group-id", "MessageGroupId", *groupID)
 	if err != nil {
@@ -179,19 +193,26 @@ func runSend(ctx context.Context, e env, args []string) error {
 		if b == nil {
 			return fmt.Errorf("%s line %d: %d bytes, over the %s", name, line, n, limitText)
 		}
-		if !json.Valid(b) {
-			return fmt.Errorf("%s line %d: not valid JSON", name, line)
+		isJSON := json.Valid(b)
+		if !isJSON && !*raw {
+			return fmt.Errorf("%s line %d: not valid JSON (use --raw to send it as it is)", name, line)
 		}
 		entry := types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(b))}
-		size := len(b)
+		// SQS counts an attribute's name, type and value in the message's size.
+		size := len(b) + attrsSize
+		if attrs != nil {
+			entry.MessageAttributes = maps.Clone(attrs)
+		}
 		key, err := inbox.KeyFromJSONField(b, *keyField)
 		switch {
 		case err == nil:
-			entry.MessageAttributes = map[string]types.MessageAttributeValue{
-				"event_id": {DataType: aws.String("String"), StringValue: aws.String(key)},
+			if entry.MessageAttributes == nil {
+				entry.MessageAttributes = map[string]types.MessageAttributeValue{}
 			}
-			// SQS counts an attribute's name, type and value in the message's size.
+			entry.MessageAttributes["event_id"] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(key)}
 			size += len("event_id") + len("String") + len(key)
+		case !isJSON:
+			// --raw: a body that is not JSON has no key field.
 		case !*allowNoKey:
 			return fmt.Errorf("%s line %d: %w (use --allow-no-key to send it without an event_id)", name, line, err)
 		}
@@ -201,7 +222,11 @@ func runSend(ctx context.Context, e env, args []string) error {
 			}
 		}
 		if size > limit {
-			return fmt.Errorf("%s line %d: %d bytes with its event_id attribute, over the %s", name, line, size, limitText)
+			with := "its event_id attribute"
+			if attrs != nil {
+				with = "its attributes"
+			}
+			return fmt.Errorf("%s line %d: %d bytes with %s, over the %s", name, line, size, with, limitText)
 		}
 		if entry.MessageGroupId, err = group.of(b, key); err != nil {
 			return fmt.Errorf("%s line %d: %w", name, line, err)

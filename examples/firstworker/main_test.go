@@ -4,58 +4,149 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/ecstask"
 	"github.com/sqsinbox/sqsinbox/internal/exampletest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-// envRunMain makes the test binary run main instead of the tests.
-const envRunMain = "FIRSTWORKER_RUN_MAIN"
-
-// The end-to-end test runs main against real servers: PostgreSQL from pgtest (a throwaway
-// cluster, or TEST_DATABASE_URL) and GoAws v0.5.4 from sqstest (or the server
-// AWS_ENDPOINT_URL_SQS names).
+// The tests run the built program against real servers: PostgreSQL from pgtest (a throwaway
+// cluster, or TEST_DATABASE_URL) and GoAws v0.5.4 from sqstest (fauxqs with
+// SQSINBOX_TEST_SQS=fauxqs, or the server AWS_ENDPOINT_URL_SQS names).
 var srv exampletest.Servers
 
-func TestMain(m *testing.M) {
-	if os.Getenv(envRunMain) == "1" {
-		main()
-		os.Exit(0)
+func TestMain(m *testing.M) { exampletest.Main(m, "firstworker", &srv) }
+
+// binary builds the program into a directory of t's and returns its path.
+func binary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "firstworker")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	exampletest.Main(m, "firstworker", &srv)
+	return bin
 }
 
-// TestFirstWorkerEndToEnd follows the README's steps: migrate, create pick_tasks, start the
-// worker (main, in a process of its own, given DATABASE_URL and QUEUE_URL), send OrderPaid events
-// (one three times, one without an order_id), and stop it with SIGTERM. Each good order gets one
-// pick task; the bad event none (it is left to the retry-then-DLQ way); Run returns and main
-// exits 0 within the stop budget.
-func TestFirstWorkerEndToEnd(t *testing.T) {
+// baseEnv is what every container gets besides its own environment: PATH and HOME, and the
+// harness's AWS settings (its endpoint and test credentials), in place of ECS's task role.
+func baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k == "PATH" || k == "HOME" || strings.HasPrefix(k, "AWS_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// warnLine is a log line at WARN or ERROR (workerapp logs JSON).
+var warnLine = regexp.MustCompile(`(?m)^.*"level":"(WARN|ERROR)".*$`)
+
+// TestFirstWorkerAsECSRunsIt runs the program as terraform/examples/ecs-worker's task definition
+// says, reading the containers from that Terraform (the variables at their defaults): the
+// migrate container's entry point and command, then, since the worker container depends on
+// migrate's SUCCESS, the worker container's, with the environment each is given (what only an
+// apply knows, the queue's URL and the DATABASE_URL secret, from the test's servers; the health
+// address on a free port), and the worker container's health check while it runs. The program
+// stands in for worker_command's path in the image. The worker picks each good order once (one
+// sent three times) and leaves the bad event to the retry-then-DLQ way; the health check exits
+// 0; SIGTERM stops the worker with exit status 0 within the stop budget; then the health check
+// fails. Neither the migration nor the worker logs a warning, but for the bad event's failures.
+func TestFirstWorkerAsECSRunsIt(t *testing.T) {
 	t.Parallel()
-	pool := srv.Pool(t)
-	if _, err := inbox.Migrate(t.Context(), pool, ""); err != nil { // sqsinbox migrate up
+	bin := binary(t)
+	containers, err := ecstask.Read("../../terraform/examples/ecs-worker", "worker")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(t.Context(), `CREATE TABLE pick_tasks (order_id text NOT NULL)`); err != nil {
-		t.Fatal(err)
+	byName := map[string]ecstask.Container{}
+	for _, c := range containers {
+		byName[c.Name] = c
+	}
+	migrateC, workerC := byName["migrate"], byName["worker"]
+	if migrateC.Name == "" || workerC.Name == "" || workerC.DependsOn["migrate"] != "SUCCESS" {
+		t.Fatalf("the task definition has no migrate container that the worker container waits for: %+v", containers)
 	}
 	q := srv.Queue(t, "first")
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	// argv is c's command with the image's program replaced by the one built; env, its
+	// environment.
+	argv := func(c ecstask.Container, args []string) []string {
+		t.Helper()
+		if len(args) == 0 || !strings.HasPrefix(args[0], "/") {
+			t.Fatalf("container %s runs %q: want the program's absolute path first", c.Name, args)
+		}
+		return append([]string{bin}, args[1:]...)
+	}
+	env := func(c ecstask.Container) []string {
+		t.Helper()
+		out := baseEnv()
+		for k, v := range c.Env {
+			switch {
+			case k == "HEALTH_ADDR" && v != nil:
+				host, _, err := net.SplitHostPort(*v)
+				if err != nil {
+					t.Fatalf("container %s: HEALTH_ADDR %q: %v", c.Name, *v, err)
+				}
+				out = append(out, k+"="+net.JoinHostPort(host, freePort(t)))
+			case v != nil:
+				out = append(out, k+"="+*v)
+			case k == "DATABASE_URL":
+				out = append(out, k+"="+srv.DB.URL)
+			case k == "QUEUE_URL":
+				out = append(out, k+"="+q.URL)
+			default:
+				t.Fatalf("container %s: the test does not know what to give %s (known after an apply)", c.Name, k)
+			}
+		}
+		return out
+	}
+	// Each container's environment, fixed for the task's life (the health check runs in the
+	// worker's container).
+	envs := map[string][]string{migrateC.Name: env(migrateC), workerC.Name: env(workerC)}
+	run := func(c ecstask.Container, args []string) (string, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		a := argv(c, args)
+		cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+		cmd.Env = envs[c.Name]
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := run(migrateC, migrateC.Argv())
+	if err != nil {
+		t.Fatalf("the migrate container (%q): %v\n%s", migrateC.Argv(), err, out)
+	}
+	if w := warnLine.FindAllString(out, -1); len(w) > 0 {
+		t.Errorf("the migration logged warnings:\n%s", strings.Join(w, "\n"))
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envRunMain+"=1", "DATABASE_URL="+srv.DB.URL, "QUEUE_URL="+q.URL)
-	out := &sqstest.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	a := argv(workerC, workerC.Argv())
+	worker := exec.CommandContext(ctx, a[0], a[1:]...)
+	worker.Env = envs[workerC.Name]
+	log := &sqstest.Buffer{}
+	worker.Stdout, worker.Stderr = log, log
+	if err := worker.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- worker.Wait() }()
+	defer func() {
+		_ = worker.Process.Kill()
+		<-exited
+	}()
 	srv.Send(t, q.URL, []sqstest.Message{
 		{Body: `{"id":"evt_1","order_id":"o-1"}`},
 		{Body: `{"id":"evt_2","order_id":"o-2"}`},
@@ -64,6 +155,7 @@ func TestFirstWorkerEndToEnd(t *testing.T) {
 		{Body: `{"id":"evt_3","order_id":"o-3"}`},
 		{Body: `{"id":"evt_4"}`},
 	})
+	pool := srv.Pool(t)
 	count := func(order string) int {
 		var n int
 		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pick_tasks WHERE order_id = $1`, order).Scan(&n); err != nil {
@@ -77,28 +169,70 @@ func TestFirstWorkerEndToEnd(t *testing.T) {
 			return false, err.Error()
 		}
 		return count("o-1") == 1 && count("o-2") == 1 && count("o-3") == 1 && n <= 1,
-			fmt.Sprintf("pick tasks %d/%d/%d, %d messages left; output:\n%s", count("o-1"), count("o-2"), count("o-3"), n, out.String())
+			fmt.Sprintf("pick tasks %d/%d/%d, %d messages left; output:\n%s", count("o-1"), count("o-2"), count("o-3"), n, log.String())
 	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+
+	if len(workerC.HealthCheck) < 2 || workerC.HealthCheck[0] != "CMD" {
+		t.Fatalf("the worker container's health check is %q; want the CMD form", workerC.HealthCheck)
+	}
+	// The worker serves /livez once it runs; ECS allows startPeriod for that.
+	sqstest.WaitFor(t, time.Minute, "the health check to pass", func() (bool, string) {
+		out, err := run(workerC, workerC.HealthCheck[1:])
+		return err == nil, fmt.Sprintf("%q: %v\n%s", workerC.HealthCheck[1:], err, out)
+	})
+
+	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("main after SIGTERM: %v; output:\n%s", err, out.String())
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("the worker after SIGTERM: %v; output:\n%s", err, log.String())
+		}
+	case <-time.After(workerapp.StopTimeout + workerapp.HardStopTimeout):
+		t.Fatalf("the worker did not stop within %v of SIGTERM; output:\n%s", workerapp.StopTimeout+workerapp.HardStopTimeout, log.String())
+	}
+	if out, err := run(workerC, workerC.HealthCheck[1:]); err == nil {
+		t.Errorf("the health check passed with the worker stopped:\n%s", out)
 	}
 	var total int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pick_tasks`).Scan(&total); err != nil {
 		t.Fatal(err)
 	}
-	if total != 3 || count("o-2") != 1 {
-		t.Errorf("%d pick tasks (o-2: %d); want 3, one per good order", total, count("o-2"))
+	if total != 3 {
+		t.Errorf("%d pick tasks; want 3, one per good order", total)
+	}
+	// The one warning due is the bad event's failure, each time it is received.
+	var warned []string
+	for _, w := range warnLine.FindAllString(log.String(), -1) {
+		if !strings.Contains(w, "order_id is missing") {
+			warned = append(warned, w)
+		}
+	}
+	if len(warned) > 0 {
+		t.Errorf("the worker logged warnings:\n%s", strings.Join(warned, "\n"))
 	}
 }
 
-// TestRefusesWithoutDatabase runs main in a process of its own: with neither DATABASE_URL nor a
-// PG* variable that says where the database is, it exits 1 naming them, instead of connecting
-// to the local socket's default database. No server is needed: the queue's endpoint is closed.
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// TestRefusesWithoutDatabase runs the program: with neither DATABASE_URL nor a PG* variable that
+// says where the database is, it exits 1 naming them, instead of connecting to the local
+// socket's default database. No server is needed: the queue's endpoint is closed.
 func TestRefusesWithoutDatabase(t *testing.T) {
 	t.Parallel()
+	bin := binary(t)
 	for _, tc := range []struct {
 		name  string
 		extra []string
@@ -110,19 +244,19 @@ func TestRefusesWithoutDatabase(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			cmd := exec.CommandContext(ctx, bin)
 			for _, kv := range os.Environ() {
 				if k, _, _ := strings.Cut(kv, "="); k != "DATABASE_URL" && !strings.HasPrefix(k, "PG") && !strings.HasPrefix(k, "AWS_") {
 					cmd.Env = append(cmd.Env, kv)
 				}
 			}
-			cmd.Env = append(cmd.Env, envRunMain+"=1", "QUEUE_URL=http://127.0.0.1:1/000000000000/none",
+			cmd.Env = append(cmd.Env, "QUEUE_URL=http://127.0.0.1:1/000000000000/none",
 				"AWS_ENDPOINT_URL_SQS=http://127.0.0.1:1", "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test")
 			cmd.Env = append(cmd.Env, tc.extra...)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-				t.Fatalf("main: %v, want exit status 1; output:\n%s", err, out)
+				t.Fatalf("the program: %v, want exit status 1; output:\n%s", err, out)
 			}
 			for _, name := range []string{"DATABASE_URL", "PGHOST", "PGDATABASE", "PGSERVICE"} {
 				if !strings.Contains(string(out), name) {

@@ -25,10 +25,10 @@ func TestReadmeShowsThisFile(t *testing.T) {
 	}
 	block := string(readme[i+len(start):])
 	block = block[:strings.Index(block, "```")]
-	// The README shows the file from `func main` to `func check`: main and the event type.
+	// The README shows the file from `func main` to its migrations: main and the event type.
 	want := string(src)
 	want = want[strings.Index(want, "func main() {"):]
-	want = want[:strings.Index(want, "\nfunc check(")]
+	want = want[:strings.Index(want, "\n//go:embed")]
 	if block != want {
 		t.Fatalf("README.md's first-worker block differs from examples/firstworker/main.go's main.\nREADME:\n%s\nmain.go:\n%s", block, want)
 	}

@@ -33,8 +33,10 @@ import (
 const EnvURL = "TEST_DATABASE_URL"
 
 // DockerHint is the alternative the harness names when it can neither use TEST_DATABASE_URL nor
-// start a cluster of its own.
-const DockerHint = "start one with `docker compose -f localstack/docker-compose.yml up -d --wait` and set " +
+// start a cluster of its own: a server that `make dev` or Docker runs.
+const DockerHint = "point TEST_DATABASE_URL at a server that can create databases: with `make dev` running, " +
+	"TEST_DATABASE_URL=$DATABASE_URL (the URL it prints); or start one with " +
+	"`docker compose -f localstack/docker-compose.yml up -d --wait` and set " +
 	"TEST_DATABASE_URL=postgres://sqsinbox:sqsinbox@127.0.0.1:5433/sqsinbox?sslmode=disable"
 
 // Server is a PostgreSQL server with one database created for the calling test binary.

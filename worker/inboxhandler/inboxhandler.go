@@ -196,18 +196,19 @@ func (h *Handler) CheckQueue(ctx context.Context, q *worker.Queue) error {
 func (h *Handler) MaxConcurrency() int { return int(h.ib.Pool().Config().MaxConns) - 1 }
 
 // CheckCapacity implements [worker.CapacityChecker]: it warns when the inbox's pool holds fewer
-// connections than the worker's concurrency plus one. Each handler call (a batch included) holds a
-// connection for its transaction, and the inbox's purge loop ([inbox.Inbox.PurgeLoop]) takes one
-// more when it shares the pool; short of that, calls wait for a connection, and the wait counts
-// against the handler timeout. The pool's size is pgxpool's MaxConns: pool_max_conns in the
+// connections than the worker's concurrency. Each handler call (a batch included) holds a
+// connection for its transaction; short of that, calls wait for a connection, and the wait counts
+// against the handler timeout. The inbox's purge loop ([inbox.Inbox.PurgeLoop]), when the program
+// runs one on the same pool, wants one more, which the warning's fix counts in; a program that
+// runs none is not warned for it. The pool's size is pgxpool's MaxConns: pool_max_conns in the
 // connection string, else pgxpool's default of max(4, the number of CPUs).
 func (h *Handler) CheckCapacity(concurrency int) error {
 	have := h.ib.Pool().Config().MaxConns
-	if need := int32(concurrency) + 1; have < need {
+	if need := int32(concurrency); have < need {
 		return fmt.Errorf("inboxhandler: the database pool holds at most %d connections (pgxpool MaxConns: pool_max_conns "+
 			"in the connection string, else max(4, CPUs)), but the worker runs up to %d handler calls at once (worker "+
-			"Config.Concurrency), each holding a connection for its transaction, and the purge loop needs one more: "+
-			"set pool_max_conns=%d or more, or lower Concurrency to %d", have, concurrency, need, max(have-1, 1))
+			"Config.Concurrency), each holding a connection for its transaction: set pool_max_conns=%d or more (%d if "+
+			"inbox.PurgeLoop shares the pool), or lower Concurrency to %d", have, concurrency, need, need+1, have)
 	}
 	return nil
 }

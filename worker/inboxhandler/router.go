@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -116,6 +118,33 @@ func (r *Router) Types() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Sorted(maps.Keys(r.routes))
+}
+
+// LogValue describes the router for the worker's start-up log line: where a message's type is
+// read, each routed type with its handler's name, what happens to an unrouted type, and the
+// inbox's schema, retention and idle-in-transaction timeout.
+func (r *Router) LogValue() slog.Value {
+	r.mu.RLock()
+	routes := make([]string, 0, len(r.routes))
+	for _, typ := range slices.Sorted(maps.Keys(r.routes)) {
+		routes = append(routes, typ+"="+r.routes[typ].name)
+	}
+	r.mu.RUnlock()
+	source := "attribute " + r.cfg.TypeAttribute
+	switch {
+	case r.cfg.TypeOf != nil:
+		source = "TypeOf"
+	case r.cfg.TypeField != "":
+		source += ", else field " + r.cfg.TypeField
+	}
+	unknown := "fail"
+	if r.cfg.Unknown == UnknownDiscard {
+		unknown = "discard"
+	}
+	return slog.GroupValue(slog.String("routes", strings.Join(routes, ",")), slog.String("type_source", source),
+		slog.String("unknown", unknown), slog.String("inbox_schema", r.ib.Schema()),
+		slog.Duration("inbox_retention", r.ib.Retention()),
+		slog.Duration("idle_in_transaction_timeout", r.ib.IdleInTransactionTimeout()))
 }
 
 // typeOf returns m's type.

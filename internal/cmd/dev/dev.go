@@ -13,6 +13,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
 // region is the region of the printed environment; fauxqs puts it in its ARNs.
@@ -24,10 +25,10 @@ const pingTimeout = 10 * time.Second
 // The steps the command prints after the environment; README.md and examples/firstworker/README.md
 // show the same lines (TestReadmeShowsTheDevSteps).
 const (
-	createPickTasks = `psql "$DATABASE_URL" -c 'CREATE TABLE pick_tasks (order_id text NOT NULL)'`
-	runFirstWorker  = `QUEUE_URL=$WAREHOUSE_QUEUE_URL go run ./examples/firstworker`
-	sendExample     = `echo '{"id":"evt_1","order_id":"o-1"}' | go run ./cmd/sqsinbox send --queue warehouse`
-	selectPickTasks = `psql "$DATABASE_URL" -c 'SELECT * FROM pick_tasks'`
+	migrateFirstWorker = `go run ./examples/firstworker migrate`
+	runFirstWorker     = `QUEUE_URL=$WAREHOUSE_QUEUE_URL go run ./examples/firstworker`
+	sendExample        = `echo '{"id":"evt_1","order_id":"o-1"}' | go run ./cmd/sqsinbox send --queue warehouse`
+	selectPickTasks    = `psql "$DATABASE_URL" -c 'SELECT * FROM pick_tasks'`
 )
 
 // readyLine starts the line printed once everything runs, after the environment.
@@ -109,6 +110,9 @@ func run(ctx context.Context, o options) error {
 	if _, err := inbox.Migrate(ctx, pool, ""); err != nil {
 		return fail("migrating the inbox", err)
 	}
+	if _, err := outbox.Migrate(ctx, pool, ""); err != nil {
+		return fail("migrating the outbox", err)
+	}
 
 	say("")
 	say("SQS, SNS:   fauxqs %s on %s", sqstest.FauxqsVersion, endpoint)
@@ -123,7 +127,7 @@ func run(ctx context.Context, o options) error {
 		subs = append(subs, s.queue+" ("+how+")")
 	}
 	say("Topic:      %s, subscribed: %s", topicName, strings.Join(subs, ", "))
-	say("Inbox:      migrated (schema %s)", inbox.DefaultSchema)
+	say("Inbox:      migrated (schema %s); outbox: migrated (schema %s)", inbox.DefaultSchema, outbox.DefaultSchema)
 	say("")
 	say("In another terminal, export:")
 	say("")
@@ -138,7 +142,7 @@ func run(ctx context.Context, o options) error {
 	say("")
 	say("Then run the first worker and send it an OrderPaid (README.md, \"Running it locally\"):")
 	say("")
-	say("%s", createPickTasks)
+	say("%s   # pick_tasks", migrateFirstWorker)
 	say("%s   # until Ctrl-C", runFirstWorker)
 	say("%s   # in a third terminal", sendExample)
 	say("%s", selectPickTasks)

@@ -26,6 +26,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
 // The tests run the command as `make dev` does, in a process of its own (this test binary running
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 
 // TestDevFirstWorker follows README.md's "Running it locally" on fauxqs and a throwaway
 // PostgreSQL, both started by the command: it starts the command, waits for the environment it
-// prints, creates pick_tasks, runs examples/firstworker (built) with that environment and
+// prints, runs `firstworker migrate` (pick_tasks), runs examples/firstworker (built) with that environment and
 // QUEUE_URL, sends an OrderPaid twice with the printed `sqsinbox send` line (the CLI built) and
 // publishes another to the topic order-paid, and waits for one pick task per order and the
 // published event in loyalty's queue. SIGTERM then stops the worker and the command, each with
@@ -85,8 +86,10 @@ func TestDevFirstWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(t.Context(), `CREATE TABLE pick_tasks (order_id text NOT NULL)`); err != nil { // createPickTasks
-		t.Fatal(err)
+	migrate := exec.CommandContext(t.Context(), filepath.Join(bin, "firstworker"), "migrate") // migrateFirstWorker
+	migrate.Env = dev.environ()
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("firstworker migrate: %v\n%s", err, out)
 	}
 
 	worker := startProcess(t, append(dev.environ(), "QUEUE_URL="+dev.env["WAREHOUSE_QUEUE_URL"]), filepath.Join(bin, "firstworker"))
@@ -135,7 +138,7 @@ func TestDevFirstWorker(t *testing.T) {
 // TestDevDatabaseURL runs the command with DATABASE_URL naming a database of pgtest's
 // (TEST_DATABASE_URL, or a throwaway cluster of the test's) and checks, on the fauxqs it starts,
 // every attribute of the queues, their DLQs, the topic and its subscriptions against the table
-// of resources.go, and that it migrated the inbox. SIGTERM stops it with exit status 0, and the
+// of resources.go, and that it migrated the inbox and the outbox. SIGTERM stops it with exit status 0, and the
 // database, not the command's, still answers.
 func TestDevDatabaseURL(t *testing.T) {
 	t.Parallel()
@@ -229,6 +232,16 @@ func TestDevDatabaseURL(t *testing.T) {
 	for _, m := range st {
 		if m.AppliedAt.IsZero() {
 			t.Errorf("inbox migration %d (%s) is not applied", m.Version, m.Name)
+		}
+	}
+	// The outbox's too: the console's outbox panel reads its table.
+	ost, err := outbox.Migrations(ctx, pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ost {
+		if m.AppliedAt.IsZero() {
+			t.Errorf("outbox migration %d (%s) is not applied", m.Version, m.Name)
 		}
 	}
 

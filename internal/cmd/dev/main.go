@@ -8,7 +8,7 @@
 // stops. On fauxqs it creates what localstack/init/ready.d creates on LocalStack: the queues
 // warehouse, loyalty, payments and payments-ledger, each with its dead-letter queue, and the SNS
 // topic order-paid with warehouse (raw delivery) and loyalty (SNS envelopes) subscribed. It
-// applies the inbox's migrations, prints the environment to export in another terminal and the
+// applies the inbox's and the outbox's migrations, prints the environment to export in another terminal and the
 // steps of the README's "Running it locally", then waits. Ctrl-C or SIGTERM stops fauxqs and the
 // throwaway cluster (deleting its data) and exits 0.
 package main

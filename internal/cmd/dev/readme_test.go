@@ -15,7 +15,7 @@ func TestReadmeShowsTheDevSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"make dev", createPickTasks, runFirstWorker, sendExample, selectPickTasks} {
+		for _, want := range []string{"make dev", migrateFirstWorker, runFirstWorker, sendExample, selectPickTasks} {
 			if !strings.Contains(string(b), want) {
 				t.Errorf("%s lacks the line %s", path, want)
 			}

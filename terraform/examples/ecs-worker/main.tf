@@ -141,6 +141,9 @@ resource "aws_ecs_task_definition" "worker" {
     name      = "worker"
     image     = var.image
     essential = true
+    # The worker program with no subcommand; set, like migrate's, so that it does not depend on
+    # the image's ENTRYPOINT or CMD.
+    entryPoint = [var.worker_command]
 
     # Start only after `migrate` exited 0 (null, left out, without run_migrations).
     dependsOn = var.run_migrations ? [{ containerName = "migrate", condition = "SUCCESS" }] : null

@@ -1,0 +1,1 @@
+CREATE TABLE {{schema}}.pick_tasks (order_id text NOT NULL);

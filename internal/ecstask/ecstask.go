@@ -1,0 +1,227 @@
+// Package ecstask reads the containers of an ECS task definition from Terraform source, for
+// tests that run a worker program the way ECS would: terraform/examples/ecs-worker's
+// aws_ecs_task_definition, its container_definitions evaluated as plan would with the variables'
+// defaults. What only an apply knows (a queue's URL, a secret's ARN) stays unknown, for the test
+// to supply.
+package ecstask
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+)
+
+// Container is one container definition.
+type Container struct {
+	Name string
+	// EntryPoint and Command are the container's entryPoint and command (nil when unset).
+	EntryPoint, Command []string
+	// HealthCheck is healthCheck.command, in ECS's form: "CMD" then the argv (nil when unset).
+	HealthCheck []string
+	// Env holds the environment and the secrets, by name: the value when the source fixes it,
+	// nil when only an apply knows it (a module's output, a secret).
+	Env map[string]*string
+	// DependsOn maps a container's name to the condition this one waits for.
+	DependsOn map[string]string
+}
+
+// Argv returns the command the container runs, its entry point then its command.
+func (c Container) Argv() []string { return slices.Concat(c.EntryPoint, c.Command) }
+
+// Read evaluates the container_definitions of the aws_ecs_task_definition named resource in the
+// Terraform files of dir, with each variable at its default.
+func Read(dir, resource string) ([]Container, error) {
+	var bodies []*hclsyntax.Body
+	files, err := filepath.Glob(filepath.Join(dir, "*.tf"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("ecstask: no .tf files in %s", dir)
+	}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		f, diags := hclsyntax.ParseConfig(src, name, hcl.InitialPos)
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("ecstask: %w", diags)
+		}
+		bodies = append(bodies, f.Body.(*hclsyntax.Body))
+	}
+	vars := map[string]cty.Value{}
+	locals := map[string]hclsyntax.Expression{}
+	var defs hclsyntax.Expression
+	for _, body := range bodies {
+		for _, b := range body.Blocks {
+			switch {
+			case b.Type == "variable" && len(b.Labels) == 1:
+				vars[b.Labels[0]] = cty.DynamicVal // no default: given at plan time
+				if a, ok := b.Body.Attributes["default"]; ok {
+					v, diags := a.Expr.Value(nil)
+					if diags.HasErrors() {
+						return nil, fmt.Errorf("ecstask: variable %s: %w", b.Labels[0], diags)
+					}
+					vars[b.Labels[0]] = v
+				}
+			case b.Type == "locals":
+				for name, a := range b.Body.Attributes {
+					locals[name] = a.Expr
+				}
+			case b.Type == "resource" && slices.Equal(b.Labels, []string{"aws_ecs_task_definition", resource}):
+				if a, ok := b.Body.Attributes["container_definitions"]; ok {
+					defs = a.Expr
+				}
+			}
+		}
+	}
+	call, ok := defs.(*hclsyntax.FunctionCallExpr)
+	if !ok || call.Name != "jsonencode" || len(call.Args) != 1 {
+		return nil, fmt.Errorf("ecstask: aws_ecs_task_definition.%s in %s has no container_definitions = jsonencode(...)", resource, dir)
+	}
+	ctx := &hcl.EvalContext{
+		Variables: map[string]cty.Value{"var": cty.ObjectVal(vars)},
+		Functions: map[string]function.Function{
+			"concat": stdlib.ConcatFunc, "reverse": stdlib.ReverseListFunc, "split": stdlib.SplitFunc,
+			"lower": stdlib.LowerFunc, "replace": stdlib.ReplaceFunc,
+		},
+	}
+	// Whatever is not a variable or a local (a module's outputs, other resources' attributes)
+	// is known only after an apply.
+	unknownRoots := func(e hclsyntax.Expression) {
+		for _, tr := range e.Variables() {
+			if root := tr.RootName(); root != "var" && root != "local" {
+				ctx.Variables[root] = cty.DynamicVal
+			}
+		}
+	}
+	unknownRoots(call.Args[0])
+	// Locals may refer to locals: evaluate them until none changes.
+	lv := map[string]cty.Value{}
+	for name, e := range locals {
+		lv[name] = cty.DynamicVal
+		unknownRoots(e)
+	}
+	for range len(locals) + 1 {
+		ctx.Variables["local"] = cty.ObjectVal(lv)
+		next := map[string]cty.Value{}
+		for name, e := range locals {
+			v, diags := e.Value(ctx)
+			if diags.HasErrors() {
+				v = cty.DynamicVal // a local the task definition does not need may use other functions
+			}
+			next[name] = v
+		}
+		lv = next
+	}
+	ctx.Variables["local"] = cty.ObjectVal(lv)
+	v, diags := call.Args[0].Value(ctx)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("ecstask: container_definitions: %w", diags)
+	}
+	if !v.IsKnown() || !v.CanIterateElements() {
+		return nil, fmt.Errorf("ecstask: container_definitions is not a known list of containers")
+	}
+	var out []Container
+	for it := v.ElementIterator(); it.Next(); {
+		_, cv := it.Element()
+		c, err := container(cv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func container(v cty.Value) (Container, error) {
+	c := Container{Env: map[string]*string{}, DependsOn: map[string]string{}}
+	name := attr(v, "name")
+	if s, ok := str(name); ok {
+		c.Name = s
+	} else {
+		return c, fmt.Errorf("ecstask: a container without a known name")
+	}
+	var err error
+	if c.EntryPoint, err = strs(attr(v, "entryPoint")); err != nil {
+		return c, fmt.Errorf("ecstask: container %s: entryPoint: %w", c.Name, err)
+	}
+	if c.Command, err = strs(attr(v, "command")); err != nil {
+		return c, fmt.Errorf("ecstask: container %s: command: %w", c.Name, err)
+	}
+	if c.HealthCheck, err = strs(attr(attr(v, "healthCheck"), "command")); err != nil {
+		return c, fmt.Errorf("ecstask: container %s: healthCheck.command: %w", c.Name, err)
+	}
+	for _, list := range [][2]string{{"environment", "value"}, {"secrets", "valueFrom"}} {
+		l := attr(v, list[0])
+		if l.IsNull() {
+			continue
+		}
+		if !l.IsKnown() || !l.CanIterateElements() {
+			return c, fmt.Errorf("ecstask: container %s: %s is not a known list", c.Name, list[0])
+		}
+		for it := l.ElementIterator(); it.Next(); {
+			_, kv := it.Element()
+			k, ok := str(attr(kv, "name"))
+			if !ok {
+				return c, fmt.Errorf("ecstask: container %s: %s has an entry without a known name", c.Name, list[0])
+			}
+			c.Env[k] = nil
+			if s, ok := str(attr(kv, list[1])); ok && list[0] == "environment" {
+				c.Env[k] = &s
+			}
+		}
+	}
+	if d := attr(v, "dependsOn"); !d.IsNull() && d.IsKnown() && d.CanIterateElements() {
+		for it := d.ElementIterator(); it.Next(); {
+			_, dv := it.Element()
+			n, ok1 := str(attr(dv, "containerName"))
+			cond, ok2 := str(attr(dv, "condition"))
+			if !ok1 || !ok2 {
+				return c, fmt.Errorf("ecstask: container %s: dependsOn has an entry without a known containerName and condition", c.Name)
+			}
+			c.DependsOn[n] = cond
+		}
+	}
+	return c, nil
+}
+
+// attr returns v's attribute name, or null when v has none.
+func attr(v cty.Value, name string) cty.Value {
+	if v.IsNull() || !v.IsKnown() || !(v.Type().IsObjectType() && v.Type().HasAttribute(name)) {
+		return cty.NullVal(cty.DynamicPseudoType)
+	}
+	return v.GetAttr(name)
+}
+
+func str(v cty.Value) (string, bool) {
+	if v.IsNull() || !v.IsKnown() || v.Type() != cty.String {
+		return "", false
+	}
+	return v.AsString(), true
+}
+
+// strs returns a list of known strings (nil for null).
+func strs(v cty.Value) ([]string, error) {
+	if v.IsNull() {
+		return nil, nil
+	}
+	if !v.IsKnown() || !v.CanIterateElements() {
+		return nil, fmt.Errorf("not a known list")
+	}
+	out := []string{}
+	for it := v.ElementIterator(); it.Next(); {
+		_, e := it.Element()
+		s, ok := str(e)
+		if !ok {
+			return nil, fmt.Errorf("element %d is not a known string", len(out))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
