@@ -3,21 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +55,11 @@ const (
 	maxBodyShown = 8 << 10
 	// parkedShown is how many parked outbox messages the overview lists.
 	parkedShown = 20
+	// sessionTTL is how long a sign-in lasts; the cookie's Max-Age tells the browser the same.
+	sessionTTL = 12 * time.Hour
+	// maxSessions bounds the sign-ins kept: past it, a new sign-in ends the one that would
+	// expire first.
+	maxSessions = 256
 )
 
 func runConsole(ctx context.Context, e env, args []string) error {
@@ -63,13 +68,15 @@ func runConsole(ctx context.Context, e env, args []string) error {
 		"  SQSINBOX_CONSOLE_TOKEN=$(openssl rand -hex 16) sqsinbox console --queue warehouse --queue loyalty\n"+
 			"  sqsinbox console --queue warehouse --no-bodies            # read-only: no token, no actions\n\n"+
 			"Serves a web console on 127.0.0.1 (--listen): the queues' depths, in flight, delayed and\n"+
-			"oldest ages, and their DLQs'; a DLQ's messages (a peek: received, then made visible again,\n"+
-			"never deleted) and the classified redrive of `sqsinbox redrive --handler H`, previewed or run;\n"+
-			"which handlers processed an event (`sqsinbox events show`); the outbox's backlog and parked\n"+
-			"messages, with retry (`sqsinbox outbox retry`).\n\n"+
-			"Without a token it is read-only. With one (SQSINBOX_CONSOLE_TOKEN, or --token), whoever signs\n"+
-			"in with it can redrive and retry; every such request is a POST from the console's own page\n"+
-			"(Origin or Referer, and a CSRF token), or it is refused with 403 and changes nothing. Requests\n"+
+			"oldest ages, and their DLQs'; a DLQ's messages (a peek, on its button: received, raising their\n"+
+			"receive counts, then made visible again, never deleted) and the classified redrive of\n"+
+			"`sqsinbox redrive --handler H`, previewed or run; which handlers processed an event\n"+
+			"(`sqsinbox events show`); the outbox's backlog and parked messages, with retry\n"+
+			"(`sqsinbox outbox retry`). No page opened with GET receives or changes anything.\n\n"+
+			"Without a token it is read-only: it can peek, and nothing else. With one (SQSINBOX_CONSOLE_TOKEN,\n"+
+			"or --token), whoever signs in with it can peek, redrive and retry; every such request is a POST\n"+
+			"from the console's own page (Origin or Referer, Sec-Fetch-Site, and a CSRF token), or it is\n"+
+			"refused with 403 and changes nothing. Requests\n"+
 			"naming another Host than 127.0.0.1, localhost, [::1] (at the port) or an --allow-host name are\n"+
 			"refused with 421, against DNS rebinding. docs/console.md has the whole security model.")
 	db.register(fs)
@@ -157,7 +164,7 @@ func runConsole(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
 	}
 	addr := ln.Addr().(*net.TCPAddr)
-	c.hosts = allowedHosts(addr, allowHosts)
+	c.hosts, c.port = allowedHosts(addr, allowHosts), strconv.Itoa(addr.Port)
 	c.cookie = "sqsinbox_console_" + strconv.Itoa(addr.Port) // consoles on two ports keep their own
 	srv := &http.Server{
 		Handler:           c,
@@ -262,11 +269,12 @@ type console struct {
 	// the tab does not cut a redrive short; an interrupt still ends it after the batch in hand.
 	base context.Context
 
-	token   string          // "" means read-only
-	session string          // the cookie that proves the token was given: an HMAC of it under a key of this process
-	csrf    string          // in every form; random per process
-	cookie  string          // the session cookie's name
-	hosts   map[string]bool // the Host headers answered
+	token    string          // "" means read-only
+	sessions *sessionStore   // the sign-ins: the session cookies that prove the token was given
+	csrf     string          // in every form; random per process
+	cookie   string          // the session cookie's name
+	hosts    map[string]bool // the Host headers answered
+	port     string          // the port it listens on, for the 421 page
 
 	tmpl *template.Template
 	css  []byte
@@ -279,11 +287,7 @@ type console struct {
 
 func (c *console) init() error {
 	c.csrf = randomToken()
-	if c.token != "" {
-		mac := hmac.New(sha256.New, []byte(randomToken()))
-		_, _ = mac.Write([]byte(c.token)) // a hash.Hash never fails to write
-		c.session = hex.EncodeToString(mac.Sum(nil))
-	}
+	c.sessions = newSessionStore(sessionTTL, maxSessions, time.Now)
 	t, err := template.New("console").Funcs(template.FuncMap{
 		"when": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	}).ParseFS(consoleUI, "consoleui/*.html")
@@ -297,6 +301,7 @@ func (c *console) init() error {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /{$}", c.index)
 	m.HandleFunc("GET /dlq", c.dlqPage)
+	m.HandleFunc("POST /dlq", c.dlqPeek)
 	m.HandleFunc("GET /login", c.loginPage)
 	m.HandleFunc("POST /login", c.login)
 	m.HandleFunc("POST /logout", c.logout)
@@ -314,6 +319,73 @@ func randomToken() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // crypto/rand.Read does not fail (it crashes the program instead)
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// sessionStore is the console's sign-ins: a random id for each, the session cookie's value, kept
+// in memory with its expiry, so that signing out ends a session at once and a restart ends them
+// all. An id is kept by its SHA-256, so a lookup's timing says nothing about a stored id.
+type sessionStore struct {
+	ttl time.Duration
+	max int
+	now func() time.Time
+
+	mu      sync.Mutex
+	expires map[[sha256.Size]byte]time.Time
+}
+
+func newSessionStore(ttl time.Duration, maxN int, now func() time.Time) *sessionStore {
+	return &sessionStore{ttl: ttl, max: maxN, now: now, expires: map[[sha256.Size]byte]time.Time{}}
+}
+
+// start makes a session good for ttl and returns its id. It drops the expired ones first, and
+// past max the one that would expire first.
+func (s *sessionStore) start() string {
+	id := randomToken()
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.expires {
+		if !now.Before(e) {
+			delete(s.expires, k)
+		}
+	}
+	for len(s.expires) >= s.max {
+		var first [sha256.Size]byte
+		var at time.Time
+		for k, e := range s.expires {
+			if at.IsZero() || e.Before(at) {
+				first, at = k, e
+			}
+		}
+		delete(s.expires, first)
+	}
+	s.expires[sha256.Sum256([]byte(id))] = now.Add(s.ttl)
+	return id
+}
+
+// valid reports whether id is a session started here, not ended and not expired.
+func (s *sessionStore) valid(id string) bool {
+	if id == "" {
+		return false
+	}
+	k := sha256.Sum256([]byte(id))
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.expires[k]
+	if ok && !now.Before(e) {
+		delete(s.expires, k)
+		return false
+	}
+	return ok
+}
+
+// end ends the session id, if there is one: its cookie is refused from then on.
+func (s *sessionStore) end(id string) {
+	k := sha256.Sum256([]byte(id))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.expires, k)
 }
 
 // equalSecret compares in constant time; hashing first hides the length too. An empty given
@@ -338,7 +410,8 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !c.hosts[strings.ToLower(r.Host)] {
 		c.logf("refused %s %s from %s: Host %q is not one it answers to", r.Method, r.URL.Path, r.RemoteAddr, r.Host)
 		http.Error(w, fmt.Sprintf("421 Misdirected Request: this console does not answer to the Host %q; "+
-			"open it as http://127.0.0.1:PORT/ or http://localhost:PORT/, or start it with --allow-host NAME", r.Host),
+			"open it as http://127.0.0.1:%s/ or http://localhost:%s/ (the Host names it answers to: %s), "+
+			"or start it with --allow-host NAME", r.Host, c.port, c.port, strings.Join(slices.Sorted(maps.Keys(c.hosts)), ", ")),
 			http.StatusMisdirectedRequest)
 		return
 	}
@@ -362,6 +435,7 @@ type pageData struct {
 	ReadOnly bool // started without a token
 	SignedIn bool
 	CanAct   bool
+	CanPeek  bool // a read-only console peeks too; one with a token, once signed in
 	NoBodies bool
 	PeekMax  int
 	Error    string
@@ -378,7 +452,7 @@ type pageData struct {
 
 func (c *console) page(r *http.Request, title string) *pageData {
 	in := c.signedIn(r)
-	return &pageData{Title: title, CSRF: c.csrf, ReadOnly: c.token == "", SignedIn: in, CanAct: in,
+	return &pageData{Title: title, CSRF: c.csrf, ReadOnly: c.token == "", SignedIn: in, CanAct: in, CanPeek: in || c.token == "",
 		NoBodies: c.noBodies, PeekMax: c.peekMax, Back: "/"}
 }
 
@@ -407,20 +481,26 @@ func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, title
 	c.render(w, status, "result.html", d)
 }
 
-// signedIn reports whether the request carries the session cookie that login set.
+// signedIn reports whether the request carries the cookie of a session that login started and
+// that has neither ended nor expired.
 func (c *console) signedIn(r *http.Request) bool {
 	if c.token == "" {
 		return false
 	}
 	ck, err := r.Cookie(c.cookie)
-	return err == nil && equalSecret(ck.Value, c.session)
+	return err == nil && c.sessions.valid(ck.Value)
 }
 
 // sameOrigin reports whether a POST came from a page of this console: its Origin (or, when a
 // browser sends none, its Referer) names the Host the request was sent to, which ServeHTTP has
 // checked. A request with neither is refused: every browser in use sends one of them on a form
-// POST, and a script without them is not one of the console's pages.
+// POST, and a script without them is not one of the console's pages. A browser that sends
+// Sec-Fetch-Site says itself where the request came from: anything but same-origin is refused,
+// whatever the other headers say.
 func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && !strings.EqualFold(s, "same-origin") {
+		return false
+	}
 	if o := r.Header.Get("Origin"); o != "" {
 		return strings.EqualFold(o, "http://"+r.Host) || strings.EqualFold(o, "https://"+r.Host)
 	}
@@ -433,22 +513,41 @@ func sameOrigin(r *http.Request) bool {
 }
 
 // allowPOST runs the checks of every state-changing request, in order: actions are on (a token
-// was set), the request comes from the console's own page (Origin or Referer, and the CSRF
-// token of its form), and, when session is set, the sender gave the token (the session cookie,
-// or the token field itself). On a refusal it answers 403, logs why, and returns false; nothing
-// has been changed.
+// was set), the request comes from the console's own page (Origin or Referer, Sec-Fetch-Site,
+// and the CSRF token of its form), and, when session is set, the sender gave the token (the
+// session cookie, or the token field itself). On a refusal it answers 403, logs why, and returns
+// false; nothing has been changed.
 func (c *console) allowPOST(w http.ResponseWriter, r *http.Request, session bool) bool {
-	why := ""
-	switch {
-	case c.token == "":
-		why = "this console is read-only: it was started without a token (--token or " + consoleTokenEnv + ")"
-	case !sameOrigin(r):
-		why = "refused: the request did not come from this console's own page (its Origin or Referer names another site, or neither was sent)"
-	case !equalSecret(r.PostFormValue("csrf"), c.csrf):
-		why = "refused: the form's CSRF token is missing or out of date; reload the page (a restarted console has a new one) and try again"
-	case session && !c.signedIn(r) && !equalSecret(r.PostFormValue("token"), c.token):
-		why = "refused: not signed in; sign in with the console's token first"
+	if c.token == "" {
+		return c.allow(w, r, "this console is read-only: it was started without a token (--token or "+consoleTokenEnv+")")
 	}
+	return c.allow(w, r, c.postRefusal(r, session))
+}
+
+// allowPeek is allowPOST for a peek, which a read-only console does too: the request comes from
+// the console's own page with its CSRF token, and, when the console has a token, from a
+// signed-in sender.
+func (c *console) allowPeek(w http.ResponseWriter, r *http.Request) bool {
+	return c.allow(w, r, c.postRefusal(r, c.token != ""))
+}
+
+// postRefusal is why a POST is refused ("" when it is not): not from the console's own page, no
+// CSRF token, or, when session is set, no token given.
+func (c *console) postRefusal(r *http.Request, session bool) string {
+	switch {
+	case !sameOrigin(r):
+		return "refused: the request did not come from this console's own page (its Origin, Referer or Sec-Fetch-Site names another site, or none was sent)"
+	case !equalSecret(r.PostFormValue("csrf"), c.csrf):
+		return "refused: the form's CSRF token is missing or out of date; reload the page (a restarted console has a new one) and try again"
+	case session && !c.signedIn(r) && !equalSecret(r.PostFormValue("token"), c.token):
+		return "refused: not signed in; sign in with the console's token first"
+	}
+	return ""
+}
+
+// allow lets the request on when why is ""; otherwise it answers 403 with why, logs it, and
+// returns false.
+func (c *console) allow(w http.ResponseWriter, r *http.Request, why string) bool {
 	if why == "" {
 		return true
 	}
@@ -472,8 +571,11 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusForbidden, "login.html", d)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: c.cookie, Value: c.session, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	if ck, err := r.Cookie(c.cookie); err == nil {
+		c.sessions.end(ck.Value) // a browser signing in again keeps one session, the new one
+	}
+	http.SetCookie(w, &http.Cookie{Name: c.cookie, Value: c.sessions.start(), Path: "/", MaxAge: int(sessionTTL / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	c.logf("signed in: %s", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
@@ -482,8 +584,12 @@ func (c *console) logout(w http.ResponseWriter, r *http.Request) {
 	if !c.allowPOST(w, r, false) {
 		return
 	}
+	if ck, err := r.Cookie(c.cookie); err == nil {
+		c.sessions.end(ck.Value) // the cookie is worthless from now on, whoever holds a copy
+	}
 	http.SetCookie(w, &http.Cookie{Name: c.cookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	c.logf("signed out: %s", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
@@ -685,6 +791,7 @@ type dlqView struct {
 	Queue, DLQName, Visible, InFlight string
 	Err, PeekErr                      string
 	Handler                           string
+	Peeked                            bool // the page answers a peek (a POST); opened with GET, it received nothing
 	Messages                          []peekMessage
 }
 
@@ -692,15 +799,31 @@ type peekMessage struct {
 	ID, Key, KeyErr, Receives, Sent, Body string
 }
 
+// dlqPage is the DLQ page opened with GET: the DLQ's name and counts, the peek button and the
+// redrive form. It receives nothing: a GET can come from any page the operator opens (an <img>
+// of another site), and a receive raises the messages' receive counts and hides them.
 func (c *console) dlqPage(w http.ResponseWriter, r *http.Request) {
-	name := r.URL.Query().Get("queue")
+	c.dlq(w, r, r.URL.Query().Get("queue"), r.URL.Query().Get("handler"), false)
+}
+
+// dlqPeek is the peek button: the DLQ page with up to peekMax messages received, after the
+// checks of a POST from the console's own page.
+func (c *console) dlqPeek(w http.ResponseWriter, r *http.Request) {
+	if !c.allowPeek(w, r) {
+		return
+	}
+	c.dlq(w, r, r.PostFormValue("queue"), r.PostFormValue("handler"), true)
+}
+
+// dlq renders the DLQ page of the queue name; it receives from the DLQ only when peek is set.
+func (c *console) dlq(w http.ResponseWriter, r *http.Request, name, handler string, peek bool) {
 	q, ok := c.queue(name)
 	if !ok {
 		c.fail(w, r, http.StatusNotFound, "No such queue", fmt.Sprintf("%q is not one of the queues this console was given (--queue).", name))
 		return
 	}
 	d := c.page(r, "DLQ of "+q.name)
-	v := &dlqView{Queue: q.name, Handler: r.URL.Query().Get("handler")}
+	v := &dlqView{Queue: q.name, Handler: handler, Peeked: peek}
 	d.DLQ = v
 	du, da, err := c.dlqOf(r.Context(), q)
 	if err != nil {
@@ -709,9 +832,13 @@ func (c *console) dlqPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.DLQName, v.Visible, v.InFlight = lastPart(du), countAttr(da, "ApproximateNumberOfMessages"), countAttr(da, "ApproximateNumberOfMessagesNotVisible")
-	if !c.busy.TryRLock() {
-		v.PeekErr = "No peek: an action of this console is running. Reload when it is done."
+	if !peek {
 		c.render(w, http.StatusOK, "dlq.html", d)
+		return
+	}
+	if !c.busy.TryRLock() {
+		v.PeekErr = "No peek: an action of this console is running. Peek again when it is done."
+		c.render(w, http.StatusConflict, "dlq.html", d)
 		return
 	}
 	v.Messages, err = c.peek(r.Context(), du)
@@ -720,6 +847,18 @@ func (c *console) dlqPage(w http.ResponseWriter, r *http.Request) {
 		v.PeekErr = err.Error()
 	}
 	c.render(w, http.StatusOK, "dlq.html", d)
+}
+
+// errorList is err's message with the errors it joins (errors.Join puts a newline between them)
+// separated by "; ": on a page a newline is a space, and would run them together.
+func errorList(err error) string {
+	var parts []string
+	for l := range strings.Lines(err.Error()) {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // peek receives up to peekMax messages of the DLQ and makes them visible again at once; it never
@@ -746,7 +885,7 @@ func (c *console) peek(ctx context.Context, dlqURL string) ([]peekMessage, error
 			pm.Sent = time.UnixMilli(ms).UTC().Format(time.RFC3339)
 		}
 		if key, err := messageKey(m); err != nil {
-			pm.KeyErr = "no valid key: " + err.Error()
+			pm.KeyErr = "no valid key: " + errorList(err)
 		} else {
 			pm.Key = key
 		}

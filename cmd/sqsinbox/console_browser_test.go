@@ -52,9 +52,11 @@ func findChromium(t *testing.T) string {
 
 // TestConsoleInABrowser (the SQS server, PostgreSQL and headless Chromium): the console as an
 // operator uses it, in a real browser. The overview loads; the lookup finds an event processed in
-// the test; the DLQ page shows a body holding <script> as text, and the script does not run (it
-// would set document.title); signed in with the token, the redrive moves exactly the messages
-// the handler never applied. Chromium is installed when missing (findChromium).
+// the test; the DLQ page opened receives nothing, and its Peek button is disabled until sign-in;
+// signed in, the button peeks, from the browser's own same-origin POST, and shows a body holding
+// <script> as text, and the script does not run (it would set document.title); the redrive then
+// moves exactly the messages the handler never applied. Chromium is installed when missing
+// (findChromium).
 func TestConsoleInABrowser(t *testing.T) {
 	t.Parallel()
 	chromium := findChromium(t)
@@ -139,10 +141,28 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the lookup of evt_7d2a:\n%s", s)
 	}
 
-	// The DLQ page: the <script> of a body is text, and it did not run.
-	must("open the DLQ page", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/dlq?queue="+url.QueryEscape(q.Name)), chromedp.WaitVisible(chromedp.CSS("#peek"))))
-	if s := text("#peek"); !strings.Contains(s, "<script>document.title='pwned'</script>") {
-		t.Errorf("the peek does not show the body's <script> as text:\n%s", s)
+	// The DLQ page as opened: nothing received, and neither Peek nor Redrive before signing in.
+	must("open the DLQ page", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/dlq?queue="+url.QueryEscape(q.Name)), chromedp.WaitVisible(chromedp.CSS("#peek-none"))))
+	for _, id := range []string{"peek-button", "redrive"} {
+		disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("`+id+`").disabled`))
+		must("read the "+id+" button", err)
+		if !disabled {
+			t.Errorf("the %s button is enabled before signing in", id)
+		}
+	}
+
+	// Sign in with the token, then peek: the <script> of a body is text, and it did not run.
+	must("open the sign-in page", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/login"), chromedp.SendKeys(chromedp.CSS("#token"), testToken)))
+	clickAndLoad("#sign-in")
+	must("sign in", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#sign-out"))))
+	must("open the DLQ page signed in", chromedp.Do(ctx,
+		chromedp.Navigate(tc.url+"/dlq?queue="+url.QueryEscape(q.Name)), chromedp.WaitVisible(chromedp.CSS("#peek-none"))))
+	if status := clickAndLoad("#peek-button"); status != http.StatusOK {
+		t.Fatalf("the peek: HTTP %d\nconsole log:\n%s", status, tc.stderr)
+	}
+	must("wait for the peek", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#peek"))))
+	if s := text("#peek"); !strings.Contains(s, "<script>document.title='pwned'</script>") || !strings.Contains(s, "evt_b81d") {
+		t.Errorf("the peek does not show the messages, the body's <script> as text:\n%s", s)
 	}
 	if got := title(); got == "pwned" || !strings.Contains(got, "sqsinbox console") {
 		t.Errorf("document.title is %q: the body's script ran", got)
@@ -152,20 +172,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	if n != 0 {
 		t.Errorf("the peek table holds %d script elements; want 0", n)
 	}
-	disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("redrive").disabled`))
-	must("read the redrive button", err)
-	if !disabled {
-		t.Errorf("the redrive button is enabled before signing in")
-	}
 
-	// Sign in with the token, then redrive against warehouse's inbox rows.
-	must("open the sign-in page", chromedp.Do(ctx, chromedp.Navigate(tc.url+"/login"), chromedp.SendKeys(chromedp.CSS("#token"), testToken)))
-	clickAndLoad("#sign-in")
-	must("sign in", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#sign-out"))))
-	must("open the DLQ page signed in", chromedp.Do(ctx,
-		chromedp.Navigate(tc.url+"/dlq?queue="+url.QueryEscape(q.Name)),
-		chromedp.WaitVisible(chromedp.CSS("#peek")),
-		chromedp.SendKeys(chromedp.CSS("#handler"), "warehouse")))
+	// The redrive against warehouse's inbox rows, from the page the peek answered.
+	must("type the handler", chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#handler"), "warehouse")))
 	shoot("dlq")
 	status := clickAndLoad("#redrive")
 	must("wait for the result", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#report"))))

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -160,17 +162,28 @@ func (tc *testConsole) post(path string, form url.Values, session *http.Cookie) 
 	return tc.do(http.MethodPost, path, form, h)
 }
 
+// peek presses the DLQ page's Peek button of queue: a POST from the console's own page, with the
+// session cookie when one is given.
+func (tc *testConsole) peek(queue string, session *http.Cookie) response {
+	tc.t.Helper()
+	return tc.post("/dlq", url.Values{"csrf": {tc.csrf("/dlq?queue=" + url.QueryEscape(queue))}, "queue": {queue}}, session)
+}
+
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-// csrf is the CSRF token of the console's forms, read from a page that has a form.
-func (tc *testConsole) csrf() string {
+// csrf is the CSRF token of the console's forms, read from the first page of pages (by default
+// /login, then /) that has a form.
+func (tc *testConsole) csrf(pages ...string) string {
 	tc.t.Helper()
-	for _, p := range []string{"/login", "/"} { // a read-only console has no login form
+	if len(pages) == 0 {
+		pages = []string{"/login", "/"} // a read-only console has no login form
+	}
+	for _, p := range pages {
 		if m := csrfField.FindStringSubmatch(tc.get(p).body); m != nil {
 			return m[1]
 		}
 	}
-	tc.t.Fatal("no CSRF field on /login or /")
+	tc.t.Fatalf("no CSRF field on %v", pages)
 	return ""
 }
 
@@ -210,6 +223,16 @@ func processEvent(t *testing.T, pool *pgxpool.Pool, schema, handler, key string)
 	if err != nil || out != inbox.Processed {
 		t.Fatalf("process %s for %s: %v, %v; want processed", key, handler, out, err)
 	}
+}
+
+// parkedOf is how many of the outbox messages ids are parked.
+func parkedOf(t *testing.T, pool *pgxpool.Pool, schema string, ids []int64) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+schema+`.outbox_messages WHERE parked_at IS NOT NULL AND id = ANY($1)`, ids).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // wantSecurityHeaders checks the headers every answer carries.
@@ -290,6 +313,16 @@ func TestConsoleHostCheck(t *testing.T) {
 	if r.status != http.StatusMisdirectedRequest || r.header.Get("Set-Cookie") != "" {
 		t.Errorf("POST with a rebound Host: status %d, Set-Cookie %q; want 421 and none", r.status, r.header.Get("Set-Cookie"))
 	}
+	// The 421 page says where the console is: its real port, and the names it answers to.
+	r = tc.do(http.MethodGet, "/", nil, map[string]string{"Host": "attacker.example:" + tc.port})
+	for _, want := range []string{"http://127.0.0.1:" + tc.port + "/", "http://localhost:" + tc.port + "/", "console.internal:" + tc.port, "--allow-host NAME"} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("the 421 page lacks %q:\n%s", want, r.body)
+		}
+	}
+	if strings.Contains(r.body, "PORT") {
+		t.Errorf("the 421 page says PORT, not the port:\n%s", r.body)
+	}
 	if !strings.Contains(tc.stderr.String(), `Host "attacker.example:`+tc.port+`" is not one it answers to`) {
 		t.Errorf("the refusal is not logged:\n%s", tc.stderr)
 	}
@@ -350,8 +383,8 @@ func TestConsoleEventLookup(t *testing.T) {
 }
 
 // TestConsoleReadOnlyWithoutToken (the SQS server and PostgreSQL): started without a token the
-// console shows everything, and refuses every POST with 403, even one with the right CSRF token
-// and Origin: the DLQ, the queue and the outbox are as they were.
+// console shows everything, and refuses every action (redrive, retry, sign-in) with 403, even
+// one with the right CSRF token and Origin: the DLQ, the queue and the outbox are as they were.
 func TestConsoleReadOnlyWithoutToken(t *testing.T) {
 	t.Parallel()
 	pool, dbArgs := migratedSchema(t, "cli_conro")
@@ -385,9 +418,8 @@ func TestConsoleReadOnlyWithoutToken(t *testing.T) {
 		t.Errorf("the queue holds %d after refused redrives; want 0", n)
 	}
 	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 2, 30*time.Second)
-	var stillParked int
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+schema+`.outbox_messages WHERE parked_at IS NOT NULL AND id = ANY($1)`, parked).Scan(&stillParked); err != nil || stillParked != 3 {
-		t.Errorf("parked after a refused retry: %d, %v; want 3", stillParked, err)
+	if n := parkedOf(t, pool, schema, parked); n != 3 {
+		t.Errorf("parked after a refused retry: %d; want 3", n)
 	}
 }
 
@@ -460,6 +492,8 @@ func TestConsoleRefusesPOSTWithoutTokenAndCSRF(t *testing.T) {
 		{"retry, cross-site", "/outbox/retry", retry, cookie(session, map[string]string{"Origin": "http://attacker.example"}), "did not come from this console"},
 		{"sign in, no CSRF", "/login", url.Values{"token": {testToken}}, origin, "CSRF"},
 		{"sign in, cross-site", "/login", url.Values{"csrf": {csrf}, "token": {testToken}}, map[string]string{"Origin": "http://attacker.example"}, "did not come from this console"},
+		{"Sec-Fetch-Site cross-site", "/redrive", redrive, cookie(session, map[string]string{"Origin": tc.url, "Sec-Fetch-Site": "cross-site"}), "did not come from this console"},
+		{"Sec-Fetch-Site same-site", "/outbox/retry", retry, cookie(session, map[string]string{"Referer": tc.url + "/", "Sec-Fetch-Site": "same-site"}), "did not come from this console"},
 	} {
 		r := tc.do(http.MethodPost, c.path, c.form, c.headers)
 		if r.status != http.StatusForbidden || !strings.Contains(r.body, c.want) || r.header.Get("Set-Cookie") != "" {
@@ -477,9 +511,8 @@ func TestConsoleRefusesPOSTWithoutTokenAndCSRF(t *testing.T) {
 		t.Fatalf("the queue holds %d after refused redrives; want 0", n)
 	}
 	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 2, 30*time.Second)
-	var stillParked int
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+schema+`.outbox_messages WHERE parked_at IS NOT NULL AND id = ANY($1)`, parked).Scan(&stillParked); err != nil || stillParked != 3 {
-		t.Fatalf("parked after refused retries: %d, %v; want 3", stillParked, err)
+	if n := parkedOf(t, pool, schema, parked); n != 3 {
+		t.Fatalf("parked after refused retries: %d; want 3", n)
 	}
 
 	// The same requests, right: a Referer from the console's own page does as well as an Origin,
@@ -496,8 +529,8 @@ func TestConsoleRefusesPOSTWithoutTokenAndCSRF(t *testing.T) {
 	if r.status != http.StatusOK || !strings.Contains(r.body, "Re-queued 2 parked messages") {
 		t.Errorf("retry all with the token field: status %d\n%s", r.status, r.body)
 	}
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+schema+`.outbox_messages WHERE parked_at IS NOT NULL`).Scan(&stillParked); err != nil || stillParked != 0 {
-		t.Errorf("parked after the retries: %d, %v; want 0", stillParked, err)
+	if n := parkedOf(t, pool, schema, parked); n != 0 {
+		t.Errorf("parked after the retries: %d; want 0", n)
 	}
 	if r := tc.get("/"); !strings.Contains(r.body, `id="outbox-parked">0<`) || !strings.Contains(r.body, `id="outbox-backlog">5<`) {
 		t.Errorf("overview after the retries:\n%s", r.body)
@@ -528,7 +561,7 @@ func TestConsoleRedriveMovesOnlyNeverApplied(t *testing.T) {
 	session := tc.login()
 	csrf := tc.csrf()
 
-	r := tc.do(http.MethodGet, "/dlq?queue="+q.Name, nil, map[string]string{"Cookie": session.String()})
+	r := tc.peek(q.Name, session)
 	for _, want := range []string{`id="peek"`, "evt_rd_done", "evt_rd_new", "evt_rd_other", "no valid key", `{&#34;no_id&#34;:1}`} {
 		if r.status != http.StatusOK || !strings.Contains(r.body, want) {
 			t.Fatalf("DLQ page lacks %q (status %d):\n%s", want, r.status, r.body)
@@ -584,7 +617,7 @@ func TestConsoleBodiesEscapedOrHidden(t *testing.T) {
 	q := dlqWithEvents(t, "cli-conbody", body)
 
 	tc := startConsole(t, append([]string{"--queue", q.Name}, dbArgs...)...)
-	r := tc.get("/dlq?queue=" + q.Name)
+	r := tc.peek(q.Name, nil)
 	if r.status != http.StatusOK || !strings.Contains(r.body, "evt_xss") {
 		t.Fatalf("DLQ page: status %d\n%s", r.status, r.body)
 	}
@@ -593,17 +626,230 @@ func TestConsoleBodiesEscapedOrHidden(t *testing.T) {
 		t.Fatalf("the body is not escaped:\n%s", r.body)
 	}
 	// The peek made it visible again: a second peek sees it at once.
-	if r := tc.get("/dlq?queue=" + q.Name); !strings.Contains(r.body, "evt_xss") {
+	if r := tc.peek(q.Name, nil); !strings.Contains(r.body, "evt_xss") {
 		t.Fatalf("a second peek does not see the message:\n%s", r.body)
 	}
 
 	hidden := startConsole(t, append([]string{"--queue", q.Name, "--no-bodies"}, dbArgs...)...)
-	r = hidden.get("/dlq?queue=" + q.Name)
+	r = hidden.peek(q.Name, nil)
 	if r.status != http.StatusOK || !strings.Contains(r.body, "evt_xss") || !strings.Contains(r.body, "(hidden: --no-bodies)") ||
 		strings.Contains(r.body, "pwned") || strings.Contains(r.body, "onerror") {
 		t.Fatalf("--no-bodies: status %d\n%s", r.status, r.body)
 	}
 	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 1, 30*time.Second) // peeks delete nothing
+}
+
+// dlqReceives receives the n messages of the DLQ, as a worker would, and makes them visible
+// again; it returns each message's ApproximateReceiveCount by event key (by message id for a
+// keyless one). Receiving every one shows that none was left hidden.
+func dlqReceives(t *testing.T, dlqURL string, n int) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	var handles []*string
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < n && time.Now().Before(deadline) {
+		out, err := srv.Client().ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(dlqURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			k := aws.ToString(m.MessageAttributes["event_id"].StringValue)
+			if k == "" {
+				k = aws.ToString(m.MessageId)
+			}
+			got[k] = m.Attributes["ApproximateReceiveCount"]
+			handles = append(handles, m.ReceiptHandle)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("received %d messages of the DLQ, want %d: %v", len(got), n, got)
+	}
+	for _, h := range handles {
+		if _, err := srv.Client().ChangeMessageVisibility(t.Context(), &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(dlqURL), ReceiptHandle: h, VisibilityTimeout: 0}); err != nil {
+			t.Fatalf("make a received message visible again: %v", err)
+		}
+	}
+	return got
+}
+
+// TestConsoleGETNeverReceives (the SQS server and PostgreSQL): opening the DLQ page with GET
+// receives nothing, whoever links to it: a cross-site <img> (Sec-Fetch-Site cross-site), a
+// request with no headers at all, or the console's own page signed in. The DLQ's messages stay
+// visible with unchanged receive counts (ApproximateReceiveCount, where the server counts: fauxqs;
+// GoAws says 1 always, so there the messages being receivable at once, and the page showing none,
+// are what is checked). A peek POSTed cross-site, or from another site's form, is refused; one
+// from the console's own page (signed in when the console has a token) peeks, and shows the two
+// errors of a message without a key separated.
+func TestConsoleGETNeverReceives(t *testing.T) {
+	t.Parallel()
+	_, dbArgs := migratedSchema(t, "cli_conget")
+	q := dlqWithEvents(t, "cli-conget", `{"id":"evt_get_1"}`, `{"id":"evt_get_2"}`, `{"no_id":1}`)
+	counts := srv.Lacks(sqstest.ReceiveCount) == ""
+	acting := startConsole(t, append([]string{"--queue", q.Name, "--token", testToken}, dbArgs...)...)
+	readOnly := startConsole(t, append([]string{"--queue", q.Name}, dbArgs...)...)
+	session := acting.login()
+
+	for _, c := range []struct {
+		name    string
+		tc      *testConsole
+		headers map[string]string
+	}{
+		{"no headers", acting, nil},
+		{"cross-site <img>", acting, map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "image", "Sec-Fetch-Mode": "no-cors",
+			"Referer": "http://attacker.example/", "Cookie": session.String()}},
+		{"own page, signed in", acting, map[string]string{"Sec-Fetch-Site": "same-origin", "Referer": acting.url + "/", "Origin": acting.url,
+			"Cookie": session.String()}},
+		{"read-only, no headers", readOnly, nil},
+		{"read-only, cross-site <img>", readOnly, map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "image", "Referer": "http://attacker.example/"}},
+		{"read-only, own page", readOnly, map[string]string{"Sec-Fetch-Site": "same-origin", "Referer": readOnly.url + "/"}},
+	} {
+		r := c.tc.do(http.MethodGet, "/dlq?queue="+url.QueryEscape(q.Name), nil, c.headers)
+		if r.status != http.StatusOK || !strings.Contains(r.body, `id="peek-none"`) || !strings.Contains(r.body, "Peek (receives the messages, raising their receive counts)") ||
+			strings.Contains(r.body, `id="peek"`) || strings.Contains(r.body, "evt_get_") {
+			t.Errorf("GET /dlq, %s: status %d; want 200, the peek button and no message\n%s", c.name, r.status, r.body)
+		}
+	}
+	// Peeks that do not come from the console's own page, or come unsigned, are refused.
+	form := url.Values{"csrf": {acting.csrf()}, "queue": {q.Name}}
+	for _, c := range []struct {
+		name    string
+		tc      *testConsole
+		form    url.Values
+		headers map[string]string
+		want    string
+	}{
+		{"cross-site form", acting, form, map[string]string{"Origin": "http://attacker.example", "Sec-Fetch-Site": "cross-site", "Cookie": session.String()}, "did not come from this console"},
+		{"Sec-Fetch-Site cross-site", acting, form, map[string]string{"Origin": acting.url, "Sec-Fetch-Site": "cross-site", "Cookie": session.String()}, "did not come from this console"},
+		{"no headers", acting, form, map[string]string{"Cookie": session.String()}, "did not come from this console"},
+		{"no CSRF", acting, url.Values{"queue": {q.Name}}, map[string]string{"Origin": acting.url, "Cookie": session.String()}, "CSRF"},
+		{"not signed in", acting, form, map[string]string{"Origin": acting.url, "Sec-Fetch-Site": "same-origin"}, "not signed in"},
+		{"read-only, cross-site form", readOnly, url.Values{"csrf": {readOnly.csrf("/dlq?queue=" + url.QueryEscape(q.Name))}, "queue": {q.Name}}, map[string]string{"Origin": "http://attacker.example", "Sec-Fetch-Site": "cross-site"}, "did not come from this console"},
+		{"read-only, no CSRF", readOnly, url.Values{"queue": {q.Name}}, map[string]string{"Origin": readOnly.url}, "CSRF"},
+	} {
+		r := c.tc.do(http.MethodPost, "/dlq", c.form, c.headers)
+		if r.status != http.StatusForbidden || !strings.Contains(r.body, c.want) || strings.Contains(r.body, "evt_get_") {
+			t.Errorf("POST /dlq, %s: status %d; want 403 with %q and no message\n%.3000s", c.name, r.status, c.want, r.body)
+		}
+	}
+	// Nothing was received: every message is receivable at once, each for the first time.
+	got := dlqReceives(t, q.DLQURL, 3)
+	if counts {
+		for k, n := range got {
+			if n != "1" {
+				t.Errorf("message %s: ApproximateReceiveCount %s after the GETs and refused peeks; want 1 (the test's own receive)", k, n)
+			}
+		}
+	}
+
+	// The peek from the console's own page, signed in, receives and shows them; so does a
+	// read-only console's.
+	for _, c := range []struct {
+		name    string
+		tc      *testConsole
+		session *http.Cookie
+		seen    string // the receive count the page shows (fauxqs): the test's receive, the peeks before
+	}{
+		{"signed in", acting, session, "2"},
+		{"read-only", readOnly, nil, "3"},
+	} {
+		r := c.tc.peek(q.Name, c.session)
+		if r.status != http.StatusOK || !strings.Contains(r.body, `id="peek"`) || !strings.Contains(r.body, "evt_get_1") || !strings.Contains(r.body, "evt_get_2") {
+			t.Fatalf("peek, %s: status %d; want the messages\n%s", c.name, r.status, r.body)
+		}
+		if counts && strings.Count(r.body, `<td class="num">`+c.seen+`</td>`) != 3 {
+			t.Errorf("peek, %s: want each message at receive %s\n%s", c.name, c.seen, r.body)
+		}
+		// The keyless message's two reasons, each source tried, are separated.
+		if !regexp.MustCompile(`no valid key: [^<]*missing; [^<]*missing`).MatchString(r.body) {
+			t.Errorf("peek, %s: the keyless message's errors are not separated by \"; \"\n%s", c.name, r.body)
+		}
+	}
+	if counts {
+		for k, n := range dlqReceives(t, q.DLQURL, 3) {
+			if n != "4" {
+				t.Errorf("message %s: ApproximateReceiveCount %s after two peeks; want 4", k, n)
+			}
+		}
+	}
+}
+
+// TestConsoleSignOutEndsTheSession (PostgreSQL): signing out makes the session cookie worthless,
+// for whoever holds a copy: the same cookie afterwards is signed out on the pages and refused on
+// an action. Signing in again gives a new cookie.
+func TestConsoleSignOutEndsTheSession(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_conout")
+	schema := dbArgs[len(dbArgs)-1]
+	parked := seedOutbox(t, pool, schema)
+	tc := startConsole(t, append([]string{"--token", testToken}, dbArgs...)...)
+	session := tc.login()
+	if session.MaxAge <= 0 || session.MaxAge > int(sessionTTL/time.Second) {
+		t.Errorf("session cookie Max-Age %d; want 1 to %d", session.MaxAge, int(sessionTTL/time.Second))
+	}
+	signedIn := func(ck *http.Cookie) bool {
+		t.Helper()
+		return strings.Contains(tc.do(http.MethodGet, "/", nil, map[string]string{"Cookie": ck.String()}).body, `id="mode">actions enabled`)
+	}
+	if !signedIn(session) {
+		t.Fatal("signed in, the overview does not say actions enabled")
+	}
+	csrf := tc.csrf()
+	r := tc.post("/logout", url.Values{"csrf": {csrf}}, session)
+	if r.status != http.StatusSeeOther || !strings.Contains(r.header.Get("Set-Cookie"), "Max-Age=0") {
+		t.Fatalf("sign out: status %d, Set-Cookie %q", r.status, r.header.Get("Set-Cookie"))
+	}
+	// The browser dropped the cookie; a copy of it is refused.
+	if signedIn(session) {
+		t.Errorf("after sign-out the old cookie still signs in on the overview")
+	}
+	r = tc.post("/outbox/retry", url.Values{"csrf": {csrf}, "id": {strconv.FormatInt(parked[0], 10)}}, session)
+	if r.status != http.StatusForbidden || !strings.Contains(r.body, "not signed in") {
+		t.Errorf("retry with the cookie of a signed-out session: status %d; want 403 not signed in\n%s", r.status, r.body)
+	}
+	if n := parkedOf(t, pool, schema, parked); n != 3 {
+		t.Errorf("parked after a refused retry: %d; want 3", n)
+	}
+	again := tc.login()
+	if again.Value == session.Value || !signedIn(again) || signedIn(session) {
+		t.Errorf("signing in again: want a new cookie that signs in, the old one still refused")
+	}
+	if !strings.Contains(tc.stderr.String(), "signed out: ") {
+		t.Errorf("the sign-out is not in the console's log:\n%s", tc.stderr)
+	}
+}
+
+// TestConsoleSessions (no server): a session is good until it ends or expires; past the bound a
+// new sign-in ends the one that would expire first.
+func TestConsoleSessions(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := newSessionStore(time.Hour, 3, func() time.Time { return now })
+	a := s.start()
+	now = now.Add(10 * time.Minute)
+	b, c := s.start(), s.start()
+	if !s.valid(a) || !s.valid(b) || !s.valid(c) || s.valid("") || s.valid(a+"x") {
+		t.Fatal("fresh sessions: want a, b, c valid, nothing else")
+	}
+	d := s.start() // the fourth: a, which expires first, ends
+	if s.valid(a) || !s.valid(b) || !s.valid(c) || !s.valid(d) {
+		t.Errorf("past the bound: want a ended, b, c, d valid")
+	}
+	s.end(c)
+	if s.valid(c) || !s.valid(b) {
+		t.Errorf("after end(c): want c ended, b valid")
+	}
+	now = now.Add(time.Hour)
+	if s.valid(b) || s.valid(d) {
+		t.Errorf("an hour later: want b and d expired")
+	}
+	if n := len(s.expires); n != 0 {
+		t.Errorf("%d sessions kept after all ended or expired; want 0", n)
+	}
 }
 
 // TestConsoleFlags (no server): bad flags are usage errors, named; a short token is refused
