@@ -165,7 +165,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	must("open the DLQ page signed in", chromedp.Do(ctx,
 		chromedp.Navigate(tc.url+"/dlq?queue="+url.QueryEscape(q.Name)),
 		chromedp.WaitVisible(chromedp.CSS("#peek")),
-		chromedp.SendKeys(chromedp.CSS("#handler"), "warehouse")))
+		chromedp.SetValue(chromedp.CSS("#handler"), "warehouse")))
 	shoot("dlq")
 	status := clickAndLoad("#redrive")
 	must("wait for the result", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#report"))))
