@@ -50,11 +50,11 @@ type classifyFlags struct {
 }
 
 func (f *classifyFlags) register(fs *flags) {
-	fs.StringVar(&f.payloadBuckets, "payload-buckets", "", "with --handler or --route: the S3 buckets (comma-separated) that offloaded payloads "+
+	fs.StringVar(&f.payloadBuckets, "payload-buckets", "", "the classified redrive (--handler, --route, the console's): the S3 buckets (comma-separated) that offloaded payloads "+
 		"are fetched from to find their key, as the worker does (default $SQSINBOX_PAYLOAD_BUCKETS, the worker's variable); "+
 		"without any, an offloaded message whose attributes give no key is left in the DLQ")
 	fs.Int64Var(&f.payloadMax, "payload-max-bytes", 0, "the largest payload fetched (default $SQSINBOX_PAYLOAD_MAX_BYTES, else 64 MiB)")
-	fs.StringVar(&f.retention, "inbox-retention", "28d", "with --handler or --route: how long the inbox keeps its rows (purge --older-than); "+
+	fs.StringVar(&f.retention, "inbox-retention", "28d", "the classified redrive (--handler, --route, the console's): how long the inbox keeps its rows (purge --older-than); "+
 		"a message older than this less the destination's MessageRetentionPeriod is not moved (see --allow-old)")
 }
 
@@ -348,11 +348,11 @@ func (cl *classifier) classify(ctx context.Context, m types.Message) class {
 // typed describes the type m carries, if any: the queue may be a router's, where the same key
 // under another type is another event, so such a message is never deleted on --handler's word.
 func (cl *classifier) handlerOf(m *worker.Message, bodyKnown bool) (handler, typed, why string) {
-	types := cl.types
+	rc := cl.types
 	if !bodyKnown {
-		types.TypeField = "" // the body is a pointer: only the attribute can be read
+		rc.TypeField = "" // the body is a pointer: only the attribute can be read
 	}
-	typ, err := types.MessageType(m)
+	typ, err := rc.MessageType(m)
 	attr := cmp.Or(cl.types.TypeAttribute, "type")
 	if err != nil {
 		if cl.handler == "" {
