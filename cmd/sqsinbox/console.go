@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -22,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -31,6 +33,8 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
+	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
 // consoleUI holds the console's templates and its stylesheet: the binary serves them itself,
@@ -80,6 +84,8 @@ func runConsole(ctx context.Context, e env, args []string) error {
 			"naming another Host than 127.0.0.1, localhost, [::1] (at the port) or an --allow-host name are\n"+
 			"refused with 421, against DNS rebinding. docs/console.md has the whole security model.")
 	db.register(fs)
+	var cf classifyFlags
+	cf.register(fs)
 	var queues, allowHosts stringList
 	fs.Var(&queues, "queue", "a queue to show, by name or URL (repeatable); its dead-letter queue comes from its redrive policy")
 	listen := fs.String("listen", "127.0.0.1:8080", "the address to listen on (port 0: any free port); the default answers this machine only")
@@ -126,6 +132,12 @@ func runConsole(ctx context.Context, e env, args []string) error {
 	}
 
 	c := &console{e: e, db: &db, withAge: !*noAge, noBodies: *noBodies, peekMax: *peek, token: tok, base: ctx}
+	if c.retention, err = cf.inboxRetention(); err != nil {
+		return err
+	}
+	if c.payloads, err = cf.payloadReader(ctx, getenv, fs.timeout); err != nil {
+		return err
+	}
 	ib, closeDB, err := db.openInbox(ctx, fs.timeout)
 	if err != nil {
 		return err
@@ -265,6 +277,11 @@ type console struct {
 	withAge  bool
 	noBodies bool
 	peekMax  int
+	// payloads and retention are the redrive classifier's (--payload-buckets, --inbox-retention).
+	payloads  worker.PayloadFetcher
+	retention time.Duration
+	// handlers caches the handler names the inbox has rows of, for the redrive form.
+	handlers handlerCache
 	// base is the command's context: actions run under it, not the request's, so that closing
 	// the tab does not cut a redrive short; an interrupt still ends it after the batch in hand.
 	base context.Context
@@ -791,7 +808,8 @@ type dlqView struct {
 	Queue, DLQName, Visible, InFlight string
 	Err, PeekErr                      string
 	Handler                           string
-	Peeked                            bool // the page answers a peek (a POST); opened with GET, it received nothing
+	Peeked                            bool     // the page answers a peek (a POST); opened with GET, it received nothing
+	Handlers                          []string // the inbox's handler names, for the redrive form
 	Messages                          []peekMessage
 }
 
@@ -823,7 +841,7 @@ func (c *console) dlq(w http.ResponseWriter, r *http.Request, name, handler stri
 		return
 	}
 	d := c.page(r, "DLQ of "+q.name)
-	v := &dlqView{Queue: q.name, Handler: handler, Peeked: peek}
+	v := &dlqView{Queue: q.name, Handler: handler, Peeked: peek, Handlers: c.knownHandlers(r.Context())}
 	d.DLQ = v
 	du, da, err := c.dlqOf(r.Context(), q)
 	if err != nil {
@@ -912,7 +930,8 @@ type resultCount struct {
 }
 
 // redrive is `sqsinbox redrive --from DLQ --to QUEUE --handler H [--dry-run] [--keep-applied]
-// [--max N]`, in copy mode, through the same classifier and copy loop.
+// [--max N]`, or with `--route TYPE=H ... [--type-attribute A] [--type-field F]` in place of
+// --handler, in copy mode, through the same classifier and copy loop.
 func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 	if !c.allowPOST(w, r, true) {
 		return
@@ -922,12 +941,11 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such queue", fmt.Sprintf("%q is not one of the queues this console was given (--queue).", r.PostFormValue("queue")))
 		return
 	}
-	handler := r.PostFormValue("handler")
-	if err := inbox.ValidateHandler(handler); err != nil {
-		c.fail(w, r, http.StatusBadRequest, "Redrive not started", "handler: "+err.Error())
+	cc, err := c.redriveConfig(r)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "Redrive not started", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return
 	}
-	dryRun, keepApplied := r.PostFormValue("mode") != "run", r.PostFormValue("keep_applied") != ""
 	maxN := 0
 	if s := strings.TrimSpace(r.PostFormValue("max")); s != "" {
 		n, err := strconv.Atoi(s)
@@ -948,7 +966,7 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "Redrive not started", err.Error())
 		return
 	}
-	cl, err := c.db.newClassifier(ctx, c.ib, handler, dryRun, keepApplied)
+	cl, err := c.db.newClassifier(ctx, c.ib, cc)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, "Redrive not started", oneLine(err))
 		return
@@ -956,28 +974,28 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 	var report bytes.Buffer
 	err = copyMessages(ctx, env{stdout: &report, stderr: io.Discard}, c.sqs, du, q.url, maxN, 0, cl)
 	kind := "redrive"
-	if dryRun {
+	if cc.dryRun {
 		kind = "redrive preview (dry run)"
 	}
-	c.logf("%s of %s to %s against handler %s, from %s: %s%s", kind, lastPart(du), q.name, handler, r.RemoteAddr, cl.progress(),
+	c.logf("%s of %s to %s against %s, from %s: %s%s", kind, lastPart(du), q.name, cl.describe(), r.RemoteAddr, cl.progress(),
 		map[bool]string{true: "; failed: " + errText(err), false: ""}[err != nil])
 
 	verb, applied := "moved to "+q.name, "deleted from the DLQ"
-	if keepApplied {
+	if cc.keepApplied {
 		applied = "left in the DLQ (keep applied)"
 	}
-	if dryRun {
+	if cc.dryRun {
 		verb, applied = "would be "+verb, "would be "+applied
 	}
-	d := c.page(r, "Redrive of "+lastPart(du)+" against handler "+handler)
-	if dryRun {
-		d.Title = "Preview: redrive of " + lastPart(du) + " against handler " + handler + " (nothing changed)"
+	d := c.page(r, "Redrive of "+lastPart(du)+" against "+cl.describe())
+	if cc.dryRun {
+		d.Title = "Preview: redrive of " + lastPart(du) + " against " + cl.describe() + " (nothing changed)"
 	}
-	d.Back = "/dlq?queue=" + url.QueryEscape(q.name) + "&handler=" + url.QueryEscape(handler)
+	d.Back = "/dlq?queue=" + url.QueryEscape(q.name) + "&handler=" + url.QueryEscape(cc.handler)
 	d.Result = &resultView{Report: report.String(), Counts: []resultCount{
 		{cl.counts[classMove], "never applied: " + verb},
 		{cl.counts[classApplied], "already applied: " + applied},
-		{cl.counts[classLeave], "left in the DLQ (no valid key, or the inbox could not be asked)"},
+		{cl.counts[classLeave], "left in the DLQ (the report says why)"},
 	}}
 	status := http.StatusOK
 	if err != nil {
@@ -985,6 +1003,60 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusBadGateway
 	}
 	c.render(w, status, "result.html", d)
+}
+
+// redriveConfig reads the redrive form: one handler (chosen among the inbox's), or routes
+// (TYPE=HANDLER, separated by spaces, commas or lines) with the type's attribute and body field,
+// as the queue's Router has them.
+func (c *console) redriveConfig(r *http.Request) (classifierConfig, error) {
+	cc := classifierConfig{handler: strings.TrimSpace(r.PostFormValue("handler")), retention: c.retention, payloads: c.payloads,
+		dryRun: r.PostFormValue("mode") != "run", keepApplied: r.PostFormValue("keep_applied") != "",
+		allowOld: r.PostFormValue("allow_old") != "", key: defaultKeySpec,
+		types: inboxhandler.RouterConfig{TypeAttribute: cmp.Or(strings.TrimSpace(r.PostFormValue("type_attribute")), "type"),
+			TypeField: strings.TrimSpace(r.PostFormValue("type_field"))}}
+	routes := strings.FieldsFunc(r.PostFormValue("routes"), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	switch {
+	case cc.handler != "" && len(routes) > 0:
+		return cc, errors.New("give a handler (a queue with one handler) or routes (a router's queue), not both")
+	case cc.handler == "" && len(routes) == 0:
+		return cc, errors.New("choose the queue's handler, or give routes TYPE=HANDLER for a router's queue")
+	case cc.handler != "":
+		if err := inbox.ValidateHandler(cc.handler); err != nil {
+			return cc, fmt.Errorf("handler: %w", err)
+		}
+	}
+	var err error
+	cc.routes, err = parseRoutes(routes)
+	return cc, err
+}
+
+// handlerCache holds the inbox's handler names for a minute: finding them reads the whole table.
+type handlerCache struct {
+	mu    sync.Mutex
+	names []string
+	at    time.Time
+}
+
+// knownHandlers returns the names of the handlers the inbox has rows of (inbox.Stats), read at
+// most once a minute; none when they cannot be read (the form then takes routes only).
+func (c *console) knownHandlers(ctx context.Context) []string {
+	h := &c.handlers
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.names != nil && time.Since(h.at) < time.Minute {
+		return h.names
+	}
+	st, err := c.ib.Stats(ctx)
+	if err != nil {
+		c.logf("the redrive form's handlers: %s", oneLine(err))
+		return nil
+	}
+	h.names = []string{}
+	for _, hs := range st.Handlers {
+		h.names = append(h.names, hs.Handler)
+	}
+	h.at = time.Now()
+	return h.names
 }
 
 func errText(err error) string {

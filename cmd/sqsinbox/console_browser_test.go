@@ -174,7 +174,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	// The redrive against warehouse's inbox rows, from the page the peek answered.
-	must("type the handler", chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#handler"), "warehouse")))
+	must("type the handler", chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#handler"), "warehouse")))
 	shoot("dlq")
 	status := clickAndLoad("#redrive")
 	must("wait for the result", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#report"))))

@@ -262,13 +262,18 @@ func dlqWithEvents(t *testing.T, prefix string, bodies ...string) *sqstest.Queue
 
 // keysIn receives n messages from the queue and returns their event_id attributes, sorted.
 func keysIn(t *testing.T, queueURL string, n int) []string {
+	return attributesIn(t, queueURL, n, "event_id")
+}
+
+// attributesIn receives n messages from the queue and returns their String attribute name, sorted.
+func attributesIn(t *testing.T, queueURL string, n int, name string) []string {
 	t.Helper()
-	var keys []string
+	var got []string
 	for _, m := range receiveAll(t, queueURL, n) {
-		keys = append(keys, aws.ToString(m.MessageAttributes["event_id"].StringValue))
+		got = append(got, aws.ToString(m.MessageAttributes[name].StringValue))
 	}
-	slices.Sort(keys)
-	return keys
+	slices.Sort(got)
+	return got
 }
 
 func queueCount(t *testing.T, queueURL string) int {

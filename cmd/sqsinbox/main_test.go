@@ -334,7 +334,7 @@ func TestRedriveKnowsTheInbox(t *testing.T) {
 	}
 	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 1, 30*time.Second) // the keyless one
 	redrive("--dry-run", "--mode", "move-task").mustFail(t, 2, "needs --mode copy")
-	cli(t, "", "redrive", "--from", dlq, "--to", q.Name, "--dry-run").mustFail(t, 2, "--dry-run, --keep-applied and --key need --handler")
+	cli(t, "", "redrive", "--from", dlq, "--to", q.Name, "--dry-run").mustFail(t, 2, "--dry-run, --keep-applied, --key, --allow-old, --type-*, --payload-* and --inbox-retention need --handler or --route")
 	redrive("--key", "message-id").mustFail(t, 2, "a moved copy gets a new one")
 }
 

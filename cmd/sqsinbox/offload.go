@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsinbox/sqsinbox/s3payload"
@@ -33,14 +32,7 @@ func newOffloader(ctx context.Context, timeout time.Duration, bucket string, alw
 	if err != nil {
 		return nil, err
 	}
-	c := s3payload.NewClient(cfg, func(o *s3.Options) {
-		ep := aws.ToString(o.BaseEndpoint)
-		if ep == "" {
-			ep = "https://s3." + o.Region + ".amazonaws.com"
-		}
-		o.APIOptions = append(o.APIOptions, callTimeout("S3", ep, timeout))
-	})
-	w, err := s3payload.NewWriter(s3payload.WriterConfig{S3: c, Bucket: bucket})
+	w, err := s3payload.NewWriter(s3payload.WriterConfig{S3: newS3(cfg, timeout), Bucket: bucket})
 	if err != nil {
 		return nil, fmt.Errorf("%w: --offload-bucket: %w", errUsage, err)
 	}

@@ -6,9 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,24 +17,30 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
-	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
 func runRedrive(ctx context.Context, e env, args []string) error {
 	var db dbFlags
-	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H [--dry-run]] [flags]",
+	var cf classifyFlags
+	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H | --route TYPE=H... [--dry-run]] [flags]",
 		"  sqsinbox redrive --from warehouse-dlq --to warehouse\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n"+
-			"  sqsinbox redrive --from warehouse-dlq --to warehouse --handler warehouse --dry-run\n\n"+
+			"  sqsinbox redrive --from warehouse-dlq --to warehouse --handler warehouse --dry-run\n"+
+			"  sqsinbox redrive --from orders-dlq --to orders --route OrderPaid=orders-paid --route OrderShipped=orders-shipped\n\n"+
 			"With --handler, each message is first classified against the inbox (its key as the worker\n"+
-			"takes it: the event_id attribute, else the body's \"id\", inside an SNS envelope too):\n"+
-			"already applied by the handler (its effect committed; only its delete or a later copy\n"+
-			"failed) is deleted from the DLQ (--keep-applied leaves it); never applied is moved back;\n"+
-			"without a valid key it is left in the DLQ and reported. --dry-run only counts and shows\n"+
-			"a sample of each class. A move is a copy first, then the delete: an interruption between\n"+
-			"them leaves a duplicate, which the inbox absorbs; running it again resumes, and waits up to\n"+
-			"70 s for the messages an interrupted run still hides (60 s each) to come back.\n\n"+
+			"takes it: the event_id attribute, else the body's \"id\", inside an SNS envelope too, from the\n"+
+			"payload fetched from S3 where it is offloaded): already applied by the handler (its effect\n"+
+			"committed; only its delete or a later copy failed) is deleted from the DLQ (--keep-applied\n"+
+			"leaves it); never applied is moved back; without a valid key it is left in the DLQ and\n"+
+			"reported. --dry-run only counts and shows a sample of each class. A move is a copy first, then\n"+
+			"the delete: an interruption between them leaves a duplicate, which the inbox absorbs; running\n"+
+			"it again resumes, and waits up to 70 s for the messages an interrupted run still hides (60 s\n"+
+			"each) to come back.\n\n"+
+			"A queue served by an inboxhandler.Router has a handler per type, and the same id under two\n"+
+			"types is two events: give --route TYPE=HANDLER for each type instead of --handler (and\n"+
+			"--type-attribute/--type-field as its RouterConfig has them). A message whose type has no route\n"+
+			"is left. With --handler alone, a message that carries a type is never deleted: it is moved.\n\n"+
 			"The move task (StartMessageMoveTask) is used where the server supports it, else each message\n"+
 			"is received from the DLQ, sent to the queue with its body and attributes, then deleted.\n"+
 			"The event key (the event_id attribute or the body) survives; the SQS MessageId does not.\n"+
@@ -45,19 +48,29 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 			"A copy is a new message: its retention period starts again when it is sent, so it can be\n"+
 			"delivered up to the queue's MessageRetentionPeriod after the copy, later than the original\n"+
 			"could have been. Keep the inbox's retention (purge --older-than) above the time since the\n"+
-			"events were first sent plus that period, or a copy of a purged event runs again.")
+			"events were first sent plus that period, or a copy of a purged event runs again; a classified\n"+
+			"redrive leaves a message older than --inbox-retention less that period (--allow-old moves it).")
 	from := fs.String("from", "", "the dead-letter queue, by name or URL (required)")
 	to := fs.String("to", "", "the queue to move messages to, by name or URL (required in copy mode; the move task defaults to each message's source)")
 	mode := fs.String("mode", "auto", "auto (move task, else copy), move-task, or copy")
-	maxN := fs.Int("max", 0, "copy mode: move at most this many messages (0: until the DLQ is empty)")
+	maxN := fs.Int("max", 0, "copy mode: handle at most this many messages, each moved, deleted as applied or left counting "+
+		"(in a dry run, each classified); the redrive stops receiving there (0: until the DLQ is empty)")
 	handler := fs.String("handler", "", "classify each message against this handler's inbox rows first (copy mode; needs the database)")
-	dryRun := fs.Bool("dry-run", false, "with --handler: count and sample each class, change nothing")
-	keepApplied := fs.Bool("keep-applied", false, "with --handler: leave messages already applied in the DLQ instead of deleting them")
+	var routeFlags stringList
+	fs.Var(&routeFlags, "route", "TYPE=HANDLER (repeatable): classify each message against the handler its type routes to, as an "+
+		"inboxhandler.Router does; a message whose type has no route is left in the DLQ (instead of --handler)")
+	typeAttr := fs.String("type-attribute", "type", "with --route: the message attribute that names a message's type (RouterConfig.TypeAttribute)")
+	typeField := fs.String("type-field", "", "with --route: the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
+		"default: the body is not read)")
+	dryRun := fs.Bool("dry-run", false, "with --handler or --route: count and sample each class, change nothing")
+	keepApplied := fs.Bool("keep-applied", false, "with --handler or --route: leave messages already applied in the DLQ instead of deleting them")
+	allowOld := fs.Bool("allow-old", false, "with --handler or --route: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
 	rate := fs.Float64("rate", 0, "copy mode: at most this many messages a second (0: no limit)")
-	keyFlag := fs.String("key", "default", "with --handler: where the handler takes its event key, as its worker does: default (the event_id "+
+	keyFlag := fs.String("key", "default", "with --handler or --route: where the handlers take their event key, as their worker does: default (the event_id "+
 		"attribute, else the body's \"id\"), attribute:NAME, json:FIELD, body (the SHA-256 of the body) or sns-message-id; "+
 		"several, separated by commas, are tried in order")
 	db.register(fs)
+	cf.register(fs)
 	words, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -71,32 +84,51 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 	if *mode != "auto" && *mode != "move-task" && *mode != "copy" {
 		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, *mode)
 	}
+	classified := *handler != "" || len(routeFlags) > 0
 	switch {
-	case *handler == "" && (*dryRun || *keepApplied || *keyFlag != "default"):
-		return fmt.Errorf("%w: --dry-run, --keep-applied and --key need --handler", errUsage)
-	case *handler != "" && *mode == "move-task":
-		return fmt.Errorf("%w: --handler classifies message by message: it needs --mode copy (or auto)", errUsage)
+	case !classified && (*dryRun || *keepApplied || *keyFlag != "default" || *allowOld || *typeField != "" || *typeAttr != "type" ||
+		cf.payloadBuckets != "" || cf.payloadMax != 0 || cf.retention != "28d"):
+		return fmt.Errorf("%w: --dry-run, --keep-applied, --key, --allow-old, --type-*, --payload-* and --inbox-retention need --handler or --route", errUsage)
+	case *handler != "" && len(routeFlags) > 0:
+		return fmt.Errorf("%w: give --handler (a queue with one handler) or --route TYPE=HANDLER (a router's queue, one per type), not both", errUsage)
+	case classified && *mode == "move-task":
+		return fmt.Errorf("%w: --handler (or --route) classifies message by message: it needs --mode copy (or auto)", errUsage)
+	case *maxN < 0:
+		return fmt.Errorf("%w: --max must not be negative", errUsage)
 	case *rate < 0:
 		return fmt.Errorf("%w: --rate must not be negative", errUsage)
 	}
 	var cl *classifier
-	if *handler != "" {
+	if classified {
 		*mode = "copy"
-		if err := inbox.ValidateHandler(*handler); err != nil {
-			return fmt.Errorf("%w: --handler: %w", errUsage, err)
+		cc := classifierConfig{handler: *handler, types: inboxhandler.RouterConfig{TypeAttribute: *typeAttr, TypeField: *typeField},
+			allowOld: *allowOld, dryRun: *dryRun, keepApplied: *keepApplied}
+		if *handler != "" {
+			if err := inbox.ValidateHandler(*handler); err != nil {
+				return fmt.Errorf("%w: --handler: %w", errUsage, err)
+			}
+		}
+		if cc.routes, err = parseRoutes(routeFlags); err != nil {
+			return fmt.Errorf("--route: %w", err)
+		}
+		if cc.key, err = parseKeyFlag(*keyFlag); err != nil {
+			return err
+		}
+		if cc.retention, err = cf.inboxRetention(); err != nil {
+			return err
 		}
 		if err := sqlident.Validate("--schema", db.schema); err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if cc.payloads, err = cf.payloadReader(ctx, e.getenv, fs.timeout); err != nil {
+			return err
 		}
 		ib, closeDB, err := db.openInbox(ctx, fs.timeout)
 		if err != nil {
 			return err
 		}
 		defer closeDB()
-		if cl, err = db.newClassifier(ctx, ib, *handler, *dryRun, *keepApplied); err != nil {
-			return err
-		}
-		if cl.key, err = parseKeyFlag(*keyFlag); err != nil {
+		if cl, err = db.newClassifier(ctx, ib, cc); err != nil {
 			return err
 		}
 	}
@@ -203,11 +235,14 @@ func moveTask(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string) 
 // copyMessages moves messages one receive batch at a time: send to the queue, then delete from
 // the DLQ. An interrupt lets the batch in hand finish, so no message is sent without its delete
 // being attempted. If a delete fails after the send, the message is in both queues; the next
-// redrive sends it again and the inbox treats the second copy as a duplicate.
+// redrive sends it again and the inbox treats the second copy as a duplicate. maxN (0: no bound)
+// bounds the messages handled, each moved, deleted or left (in a dry run, each classified): the
+// run receives no more than that. On a FIFO DLQ, a message left in it holds back the rest of its
+// group for the run, so that none of them overtakes it.
 func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string, maxN int, rate float64, cl *classifier) error {
 	p := newProgress(e.stderr)
 	defer p.done()
-	moved, empty := 0, 0
+	moved, handled, empty := 0, 0, 0
 	var left []string // receipt handles of the messages left in the DLQ, made visible again at the end
 	defer func() {
 		for _, h := range left {
@@ -217,11 +252,16 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 	}()
 	pace := newPacer(rate)
 	limit := queueMaxBytes(ctx, c, toURL, e.stderr) // a copy over it would be refused: left, and said
-	tooBig := 0
+	if cl != nil {
+		cl.destination(ctx, c, toURL, e.stderr)
+	}
+	tooBig, behind := 0, 0
 	seen := map[string]bool{} // the messages this run has handled, by MessageId
+	held := map[string]bool{} // FIFO groups with a message left in the DLQ: the rest of each stays too
 	var heldSince time.Time   // when this run first found messages in flight in an empty-looking DLQ
-	fifo := len(toURL) > 5 && toURL[len(toURL)-5:] == ".fifo"
-	for empty < 2 && (maxN == 0 || moved < maxN) {
+	fifo := strings.HasSuffix(toURL, ".fifo")
+	fifoFrom := strings.HasSuffix(fromURL, ".fifo")
+	for empty < 2 && (maxN == 0 || handled < maxN) {
 		if ctx.Err() != nil {
 			p.done()
 			fmt.Fprintf(e.stdout, "interrupted: moved %s from %s to %s as copies: their retention period starts again\n",
@@ -230,7 +270,7 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		}
 		n := int32(10)
 		if maxN > 0 {
-			n = int32(min(10, maxN-moved))
+			n = int32(min(10, maxN-handled))
 		}
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(fromURL),
@@ -258,31 +298,48 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		// The batch in hand is finished even if an interrupt arrives now.
 		bctx := context.WithoutCancel(ctx)
 		for _, m := range out.Messages {
-			if seen[aws.ToString(m.MessageId)] {
-				left = append(left, aws.ToString(m.ReceiptHandle)) // left once already, and counted
+			id, group := aws.ToString(m.MessageId), m.Attributes["MessageGroupId"]
+			if seen[id] || (maxN > 0 && handled >= maxN) {
+				left = append(left, aws.ToString(m.ReceiptHandle)) // left once already, and counted; or past --max
 				continue
 			}
-			seen[aws.ToString(m.MessageId)] = true
+			seen[id] = true
 			if err := pace.wait(ctx); err != nil {
 				left = append(left, aws.ToString(m.ReceiptHandle))
 				continue
 			}
-			if size := messageBytes(m); size > limit {
+			handled++
+			// leave keeps m in the DLQ; on a FIFO DLQ its group's later messages stay behind it.
+			leave := func() {
 				left = append(left, aws.ToString(m.ReceiptHandle))
+				if fifoFrom {
+					held[group] = true
+				}
+			}
+			if fifoFrom && held[group] {
+				leave()
+				behind++
+				if cl != nil {
+					cl.count(classLeave, id, "behind a message of its FIFO group left in the DLQ: moved, it would overtake it")
+				}
+				continue
+			}
+			if size := messageBytes(m); size > limit {
+				leave()
 				tooBig++
 				if cl != nil {
-					cl.count(classLeave, aws.ToString(m.MessageId), fmt.Sprintf("%d bytes, over %s's MaximumMessageSize of %d", size, lastPart(toURL), limit))
+					cl.count(classLeave, id, fmt.Sprintf("%d bytes, over %s's MaximumMessageSize of %d", size, lastPart(toURL), limit))
 				}
 				continue
 			}
 			if cl != nil {
 				switch cl.classify(bctx, m) {
 				case classLeave:
-					left = append(left, aws.ToString(m.ReceiptHandle))
+					leave()
 					continue
 				case classApplied:
 					if cl.dryRun || cl.keepApplied {
-						left = append(left, aws.ToString(m.ReceiptHandle))
+						left = append(left, aws.ToString(m.ReceiptHandle)) // applied already: its group may go on
 						continue
 					}
 					if _, err := c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
@@ -303,7 +360,7 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 				MessageAttributes: m.MessageAttributes,
 			}
 			if fifo {
-				in.MessageGroupId = aws.String(m.Attributes["MessageGroupId"])
+				in.MessageGroupId = aws.String(group)
 				in.MessageDeduplicationId = aws.String(redriveDedupID(m))
 			}
 			if _, err := c.SendMessage(bctx, in); err != nil {
@@ -329,9 +386,12 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 	}
 	fmt.Fprintf(e.stdout, "moved %s from %s to %s as copies: their retention period starts again now\n",
 		plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
-	if tooBig > 0 && cl == nil {
+	if cl == nil && tooBig > 0 {
 		fmt.Fprintf(e.stdout, "left %s in %s: over %s's MaximumMessageSize of %d bytes\n", plural(tooBig, "message"), lastPart(fromURL),
 			lastPart(toURL), limit)
+	}
+	if cl == nil && behind > 0 {
+		fmt.Fprintf(e.stdout, "left %s in %s: behind a message of their FIFO group left there\n", plural(behind, "message"), lastPart(fromURL))
 	}
 	return nil
 }
@@ -403,144 +463,6 @@ func waitHeld(ctx context.Context, e env, c *sqs.Client, url string, own int, si
 	case <-t.C:
 	}
 	return true
-}
-
-// class is what redrive --handler does with a dead-lettered message.
-type class int
-
-const (
-	classMove    class = iota // never applied by the handler: back to the queue
-	classApplied              // already applied: its effect committed; delete it from the DLQ
-	classLeave                // no valid key (or the inbox could not be asked): left in the DLQ
-)
-
-// classifier sorts a DLQ's messages against the inbox rows of one handler, and counts them.
-type classifier struct {
-	ib                  *inbox.Inbox
-	handler             string
-	key                 inboxhandler.KeyFunc // the handler's key; nil is inboxhandler.DefaultKey
-	dryRun, keepApplied bool
-	counts              [3]int
-	samples             [3][]string
-	why                 map[string]int // why messages were left, by reason
-}
-
-// newClassifier returns the classifier of `redrive --handler` (and of the console's redrive) for
-// handler, a valid handler name. One lookup first names an unmigrated schema at once, rather than
-// as the reason every message is left in the DLQ.
-func (db *dbFlags) newClassifier(ctx context.Context, ib *inbox.Inbox, handler string, dryRun, keepApplied bool) (*classifier, error) {
-	if _, err := ib.Lookup(ctx, "sqsinbox-redrive-probe"); err != nil {
-		return nil, db.inboxError(err)
-	}
-	return &classifier{ib: ib, handler: handler, dryRun: dryRun, keepApplied: keepApplied}, nil
-}
-
-// sampleSize is how many keys of each class the report shows.
-const sampleSize = 3
-
-// messageKey is a received message's event key as the worker takes it: the event_id attribute,
-// else the body's "id", inside an SNS envelope too.
-func messageKey(m types.Message) (string, error) { return messageKeyWith(m, inboxhandler.DefaultKey) }
-
-// messageKeyWith is messageKey with the handler's own key function.
-func messageKeyWith(m types.Message, key inboxhandler.KeyFunc) (string, error) {
-	wm := &worker.Message{ID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)),
-		Attributes: m.MessageAttributes, SystemAttributes: m.Attributes}
-	if err := worker.UnwrapSNS(wm, worker.SNSAuto); err != nil {
-		return "", err
-	}
-	return key(wm)
-}
-
-// parseKeyFlag reads --key: the key functions of inboxhandler, by name, tried in order. The SQS
-// MessageId is not among them: a moved copy gets a new one, so a handler keyed by it would run
-// the copy again whatever the inbox says.
-func parseKeyFlag(v string) (inboxhandler.KeyFunc, error) {
-	var fns []inboxhandler.KeyFunc
-	for part := range strings.SplitSeq(v, ",") {
-		kind, arg, _ := strings.Cut(strings.TrimSpace(part), ":")
-		switch {
-		case kind == "default" && arg == "":
-			fns = append(fns, inboxhandler.DefaultKey)
-		case kind == "attribute" && arg != "":
-			fns = append(fns, inboxhandler.KeyFromAttribute(arg))
-		case kind == "json" && arg != "":
-			fns = append(fns, inboxhandler.KeyFromJSONField(arg))
-		case kind == "body" && arg == "":
-			fns = append(fns, inboxhandler.KeyFromBody)
-		case kind == "sns-message-id" && arg == "":
-			fns = append(fns, inboxhandler.KeyFromSNSMessageID)
-		default:
-			return nil, fmt.Errorf("%w: --key %q: %q is not default, attribute:NAME, json:FIELD, body or sns-message-id "+
-				"(the SQS MessageId cannot be: a moved copy gets a new one)", errUsage, v, part)
-		}
-	}
-	if len(fns) == 1 {
-		return fns[0], nil
-	}
-	return inboxhandler.FirstKey(fns...), nil
-}
-
-func (cl *classifier) classify(ctx context.Context, m types.Message) class {
-	keyFn := cl.key
-	if keyFn == nil {
-		keyFn = inboxhandler.DefaultKey
-	}
-	key, err := messageKeyWith(m, keyFn)
-	if err != nil {
-		return cl.count(classLeave, aws.ToString(m.MessageId), "no valid key: "+err.Error())
-	}
-	found, err := cl.ib.Lookup(ctx, key)
-	if err != nil {
-		return cl.count(classLeave, key, "the inbox could not be asked: "+err.Error())
-	}
-	for _, p := range found {
-		if p.Handler == cl.handler {
-			return cl.count(classApplied, key, "")
-		}
-	}
-	return cl.count(classMove, key, "")
-}
-
-func (cl *classifier) count(c class, sample, why string) class {
-	cl.counts[c]++
-	if len(cl.samples[c]) < sampleSize {
-		cl.samples[c] = append(cl.samples[c], sample)
-	}
-	if why != "" {
-		if cl.why == nil {
-			cl.why = map[string]int{}
-		}
-		cl.why[firstLine(why)]++
-	}
-	return c
-}
-
-func (cl *classifier) progress() string {
-	return fmt.Sprintf("%d to move, %d already applied, %d left", cl.counts[classMove], cl.counts[classApplied], cl.counts[classLeave])
-}
-
-// report prints the counts of each class, a sample of each, and why messages were left.
-func (cl *classifier) report(w io.Writer, fromURL, toURL string) {
-	verb := map[bool]string{true: "would be", false: "were"}[cl.dryRun]
-	applied := "deleted from the DLQ"
-	if cl.keepApplied {
-		applied = "left in the DLQ (--keep-applied)"
-	}
-	fmt.Fprintf(w, "%s against handler %s's inbox rows%s:\n", lastPart(fromURL), cl.handler, map[bool]string{true: " (dry run: nothing changed)", false: ""}[cl.dryRun])
-	fmt.Fprintf(w, "  never applied: %d (%s moved to %s) %v\n", cl.counts[classMove], verb, lastPart(toURL), cl.samples[classMove])
-	fmt.Fprintf(w, "  already applied: %d (%s %s) %v\n", cl.counts[classApplied], verb, applied, cl.samples[classApplied])
-	fmt.Fprintf(w, "  left in the DLQ: %d %v\n", cl.counts[classLeave], cl.samples[classLeave])
-	for _, why := range slices.Sorted(maps.Keys(cl.why)) {
-		fmt.Fprintf(w, "    %d: %s\n", cl.why[why], why)
-	}
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 // pacer spaces calls to at most rate a second (no limit when rate is 0).

@@ -1,6 +1,7 @@
 package inboxhandler
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,27 +149,34 @@ func (r *Router) LogValue() slog.Value {
 }
 
 // typeOf returns m's type.
-func (r *Router) typeOf(m *worker.Message) (string, error) {
-	if r.cfg.TypeOf != nil {
-		return r.cfg.TypeOf(m)
+func (r *Router) typeOf(m *worker.Message) (string, error) { return r.cfg.MessageType(m) }
+
+// MessageType returns m's type as a [Router] with this configuration reads it: TypeOf's answer
+// when it is set; else the TypeAttribute attribute ("type" when TypeAttribute is ""); else the
+// body's TypeField; "" when the message has none. Operator tools use it to find the handler a
+// dead-lettered message was routed to, as the worker did.
+func (c *RouterConfig) MessageType(m *worker.Message) (string, error) {
+	if c.TypeOf != nil {
+		return c.TypeOf(m)
 	}
-	if v, ok := m.Attribute(r.cfg.TypeAttribute); ok {
+	attr := cmp.Or(c.TypeAttribute, "type")
+	if v, ok := m.Attribute(attr); ok {
 		return v, nil
 	}
-	if r.cfg.TypeField == "" {
+	if c.TypeField == "" {
 		return "", nil
 	}
 	var body map[string]json.RawMessage
 	if err := json.Unmarshal(m.Body, &body); err != nil {
-		return "", fmt.Errorf("%w: message %s: no %q attribute, and the body is not a JSON object: %w", ErrBadBody, m.ID, r.cfg.TypeAttribute, err)
+		return "", fmt.Errorf("%w: message %s: no %q attribute, and the body is not a JSON object: %w", ErrBadBody, m.ID, attr, err)
 	}
-	raw, ok := body[r.cfg.TypeField]
+	raw, ok := body[c.TypeField]
 	if !ok {
 		return "", nil
 	}
 	var typ string
 	if err := json.Unmarshal(raw, &typ); err != nil {
-		return "", fmt.Errorf("%w: message %s: the body's %q is not a string: %w", ErrBadBody, m.ID, r.cfg.TypeField, err)
+		return "", fmt.Errorf("%w: message %s: the body's %q is not a string: %w", ErrBadBody, m.ID, c.TypeField, err)
 	}
 	return typ, nil
 }

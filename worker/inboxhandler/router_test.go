@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
@@ -247,5 +249,37 @@ func TestRouterRefusesBadRoutes(t *testing.T) {
 	empty, _ := inboxhandler.NewRouter(b.ib, nil)
 	if err := empty.CheckQueue(t.Context(), &worker.Queue{Name: "q"}); err == nil || !strings.Contains(err.Error(), "has no routes") {
 		t.Errorf("CheckQueue of a router without routes = %v", err)
+	}
+}
+
+// TestRouterConfigMessageType (no server: it reads messages only) reads a message's type as a
+// Router does: the attribute first, then the body's field when one is configured, "" when there
+// is none, and an error for a body field that is not a string.
+func TestRouterConfigMessageType(t *testing.T) {
+	t.Parallel()
+	attr := func(k, v string) map[string]types.MessageAttributeValue {
+		return map[string]types.MessageAttributeValue{k: {DataType: aws.String("String"), StringValue: aws.String(v)}}
+	}
+	for _, tc := range []struct {
+		name    string
+		cfg     inboxhandler.RouterConfig
+		m       worker.Message
+		want    string
+		wantErr bool
+	}{
+		{"default attribute", inboxhandler.RouterConfig{}, worker.Message{Attributes: attr("type", "OrderPaid"), Body: []byte(`{"type":"X"}`)}, "OrderPaid", false},
+		{"no attribute, body not read", inboxhandler.RouterConfig{}, worker.Message{Body: []byte(`{"type":"X"}`)}, "", false},
+		{"named attribute", inboxhandler.RouterConfig{TypeAttribute: "kind"}, worker.Message{Attributes: attr("kind", "A")}, "A", false},
+		{"body field", inboxhandler.RouterConfig{TypeField: "type"}, worker.Message{Body: []byte(`{"type":"X"}`)}, "X", false},
+		{"attribute before field", inboxhandler.RouterConfig{TypeField: "type"}, worker.Message{Attributes: attr("type", "A"), Body: []byte(`{"type":"X"}`)}, "A", false},
+		{"field absent", inboxhandler.RouterConfig{TypeField: "type"}, worker.Message{Body: []byte(`{"id":"1"}`)}, "", false},
+		{"field not a string", inboxhandler.RouterConfig{TypeField: "type"}, worker.Message{Body: []byte(`{"type":7}`)}, "", true},
+		{"body not JSON", inboxhandler.RouterConfig{TypeField: "type"}, worker.Message{Body: []byte(`nope`)}, "", true},
+		{"TypeOf", inboxhandler.RouterConfig{TypeOf: func(*worker.Message) (string, error) { return "T", nil }}, worker.Message{Attributes: attr("type", "A")}, "T", false},
+	} {
+		got, err := tc.cfg.MessageType(&tc.m)
+		if got != tc.want || (err != nil) != tc.wantErr || (err != nil && !errors.Is(err, inboxhandler.ErrBadBody)) {
+			t.Errorf("%s: %q, %v; want %q (error %v)", tc.name, got, err, tc.want, tc.wantErr)
+		}
 	}
 }
