@@ -196,6 +196,9 @@ func TestMaxPerGroupNoHeadOfLine(t *testing.T) {
 				if n := c.mostAtOnce("a"); n != 1 {
 					t.Errorf("group a held %d runners at once; MaxPerGroup is 1", n)
 				}
+				if st := w.State().Groups; len(st) == 0 || st[0].Group != "a" || st[0].Runners != 1 || st[0].Waiting == 0 {
+					t.Errorf("State().Groups = %+v; want a first, one runner, messages waiting", st)
+				}
 			})
 		}
 	})
