@@ -140,8 +140,10 @@ type Config struct {
 	// names a tenant. A message over its group's cap waits for a runner, leased (its visibility
 	// extended as a held message's is) and at most MaxHold, while the messages of other groups go
 	// past it; a runner that frees takes the oldest waiting messages whose groups are under their
-	// caps, so one tenant's backlog cannot take every runner. Messages without a group id are not
-	// capped. Groups never order or halt one another on a standard queue: that is FIFO's rule,
+	// caps, so one tenant's backlog cannot take every runner. A capped group's messages can fill
+	// the prefetch and wait about Concurrency/MaxPerGroup handler times; past MaxHold they are
+	// released, which costs them a receive, so keep that wait under MaxHold (raise MaxHold for
+	// slow handlers and a small cap). Messages without a group id are not capped. Groups never order or halt one another on a standard queue: that is FIFO's rule,
 	// kept only on a .fifo queue, where MaxPerGroup has no effect (SQS runs one message of a
 	// group at a time there). A value of Concurrency or more caps nothing the worker would reach
 	// unless the concurrency grows (Concurrency 0). 0 (the default) means no cap; negative is an

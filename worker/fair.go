@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,8 @@ type fairQueue struct {
 	msgs    map[string]int // messages of each group those runners hold (the group's in-flight)
 	closed  bool
 	changed chan struct{} // closed and replaced whenever a runner may find more to take
+
+	idle atomic.Int32 // runners waiting with nothing they may take: the pollers receive at once
 }
 
 func newFairQueue(maxPerGroup int) *fairQueue {
@@ -249,7 +252,9 @@ func (w *Worker) gatherFair(buf []*delivery, n int, charged []string, timer **ti
 		if !open || len(buf) > 0 {
 			break
 		}
+		w.fair.idle.Add(1)
 		<-changed // a delivery, a runner done, or the close
+		w.fair.idle.Add(-1)
 	}
 	if !open || len(buf) == n || w.cfg.Linger <= 0 {
 		return buf, charged, open

@@ -130,9 +130,16 @@ func (w *Worker) slotsForReceive(ctx context.Context) (int, error) {
 }
 
 // minBatch is the number of free slots a poller waits for, at most gatherWait, before it
-// receives: its share of the slots, up to BatchSize. Receiving for one slot at a time under load
-// would multiply the ReceiveMessage calls per message; waiting long would leave slots idle.
+// receives: its share of the slots, up to BatchSize, or 1 while a runner of a fairQueue is idle.
+// Receiving for one slot at a time under load would multiply the ReceiveMessage calls per
+// message; waiting long would leave slots idle.
 func (w *Worker) minBatch() int {
+	if w.fair != nil && w.fair.idle.Load() > 0 {
+		// A runner is free and every message held is over its group's cap (or none is held):
+		// what it needs is on the queue, likely another group's (a fair queue delivers those
+		// first), so receive now rather than wait to gather a fuller batch.
+		return 1
+	}
 	return max(1, min(w.cfg.BatchSize, int(w.size.capacity.Load()/max(w.size.pollers.Load(), 1))))
 }
 

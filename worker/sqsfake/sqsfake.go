@@ -31,10 +31,12 @@
 package sqsfake
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,10 +133,15 @@ type queue struct {
 	maxReceive     int
 	msgs           []*message // every message ever sent, for Messages
 	live           []*message // messages not known to be deleted, in order, for receives
-	handles        map[string]*message
+	// For Fair: each group's messages not known to be deleted, in order, and the messages
+	// handed out (in flight until deleted or visible again).
+	groupLive map[string][]*message
+	handedOut map[*message]struct{}
+	handles   map[string]*message
 }
 
 type message struct {
+	seq          int64 // send order
 	id, body     string
 	attrs        map[string]types.MessageAttributeValue
 	group        string
@@ -320,10 +327,16 @@ func (f *Fake) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInp
 func (f *Fake) add(q *queue, body string, attrs map[string]types.MessageAttributeValue, group string, delay int32) *message {
 	f.seq++
 	now := f.now()
-	m := &message{id: fmt.Sprintf("msg-%d", f.seq), body: body, attrs: attrs, group: group, sent: now,
+	m := &message{seq: f.seq, id: fmt.Sprintf("msg-%d", f.seq), body: body, attrs: attrs, group: group, sent: now,
 		visibleAt: now.Add(time.Duration(delay) * time.Second)}
 	q.msgs = append(q.msgs, m)
 	q.live = append(q.live, m)
+	if q.fair && !q.fifo {
+		if q.groupLive == nil {
+			q.groupLive, q.handedOut = map[string][]*message{}, map[*message]struct{}{}
+		}
+		q.groupLive[m.group] = append(q.groupLive[m.group], m)
+	}
 	f.notify()
 	return m
 }
@@ -421,10 +434,17 @@ func (f *Fake) take(q *queue, max int, vis time.Duration, requested time.Time, w
 		blocked = map[string]bool{}
 	}
 	noisy := func(string) bool { return false }
-	if q.fair && !q.fifo {
+	fair := q.fair && !q.fifo
+	if fair {
+		// In flight: handed out, not deleted, not visible again. The set stays about as large as
+		// the consumers' holdings, so counting it costs little however long the backlog.
 		inFlight, total := map[string]int{}, 0
-		for _, m := range q.live {
-			if !m.deleted && m.receives > 0 && m.visibleAt.After(now) && m.group != "" {
+		for m := range q.handedOut {
+			if m.deleted || !m.visibleAt.After(now) {
+				delete(q.handedOut, m)
+				continue
+			}
+			if m.group != "" {
 				inFlight[m.group]++
 				total++
 			}
@@ -470,8 +490,42 @@ func (f *Fake) take(q *queue, max int, vis time.Duration, requested time.Time, w
 			}
 		}
 	}
+	if !fair {
+		pass(false)
+		return out, next
+	}
+	// The quiet groups' messages first, in send order, from each group's own list (so that a
+	// noisy group's long backlog is not walked), then the noisy groups' from the front.
+	var quiet []*message
+	for g, ms := range q.groupLive {
+		for len(ms) > 0 && ms[0].deleted {
+			ms = ms[1:]
+		}
+		if len(ms) == 0 {
+			delete(q.groupLive, g)
+			continue
+		}
+		q.groupLive[g] = ms
+		if noisy(g) {
+			continue
+		}
+		visible := 0
+		for _, m := range ms { // enough of the group for one receive
+			if visible == max {
+				break
+			}
+			quiet = append(quiet, m)
+			if !m.deleted && !m.visibleAt.After(now) {
+				visible++
+			}
+		}
+	}
+	slices.SortFunc(quiet, func(a, b *message) int { return cmp.Compare(a.seq, b.seq) })
+	saved := q.live
+	q.live = quiet
 	pass(false)
-	if q.fair && !q.fifo && len(out) < max {
+	q.live = saved
+	if len(out) < max {
 		pass(true)
 	}
 	return out, next
@@ -488,6 +542,9 @@ func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration, r
 	}
 	m.visibleAt = now.Add(vis)
 	m.receivedAt = requested
+	if q.handedOut != nil {
+		q.handedOut[m] = struct{}{}
+	}
 	f.seq++
 	h := fmt.Sprintf("rh-%s-%d", m.id, f.seq)
 	m.valid[h] = true
