@@ -48,8 +48,11 @@ type Message struct {
 	EventID string
 	// Attributes are message attributes, at most MaxAttributes-1 (the relay adds event_id).
 	Attributes map[string]Attribute
-	// GroupID is the MessageGroupId: required for a FIFO destination, and the unit of order.
-	// On a standard queue it is passed through (fair queues); a standard topic refuses it.
+	// GroupID is the MessageGroupId: 1 to 128 characters of A-Z a-z 0-9 and ASCII punctuation.
+	// Required for a FIFO destination, where it is the unit of order. Optional for a standard
+	// queue or topic, where it names the tenant of a fair queue (a standard topic passes it on
+	// to its standard-queue subscriptions only): the relay then sends it as it is, with no
+	// order, no head of line and no deduplication id. Empty means none.
 	GroupID string
 	// DeduplicationID is the FIFO MessageDeduplicationId. Empty means one derived from the
 	// EventID (the event id itself when SQS accepts it, else its SHA-256), so that a relay that
@@ -362,8 +365,6 @@ func (m *Message) validate(maxSize sizeLimit) (Destination, error) {
 		return d, invalid("Delay", "is %v, and %s is an SNS topic: SNS has no per-message delay", m.Delay, d.Name)
 	case !d.FIFO && m.DeduplicationID != "":
 		return d, invalid("DeduplicationID", "is set, and %s is not FIFO: only FIFO destinations take it", d.Name)
-	case !d.FIFO && d.Kind == KindSNS && m.GroupID != "":
-		return d, invalid("GroupID", "is set, and %s is a standard topic, which refuses it", d.Name)
 	}
 	if d.FIFO && m.DeduplicationID == "" {
 		m.DeduplicationID = dedupID(m.EventID)

@@ -62,7 +62,8 @@ var addCases = []struct {
 	{"delay not whole seconds", outbox.Message{Destination: queueURL, Body: "b", Delay: 1500 * time.Millisecond}, "Delay"},
 	{"dedup id on a standard queue", outbox.Message{Destination: queueURL, Body: "b", DeduplicationID: "d"}, "DeduplicationID"},
 	{"group id with a space", outbox.Message{Destination: fifoURL, Body: "b", GroupID: "a b"}, "GroupID"},
-	{"group id on a standard topic", outbox.Message{Destination: topicARN, Body: "b", GroupID: "g"}, "GroupID"},
+	{"group id on a standard queue over 128 characters", outbox.Message{Destination: queueURL, Body: "b", GroupID: strings.Repeat("g", 129)}, "GroupID"},
+	{"group id on a standard topic with a space", outbox.Message{Destination: topicARN, Body: "b", GroupID: "tenant 1"}, "GroupID"},
 	{"event id with NUL", outbox.Message{Destination: queueURL, Body: "b", EventID: "e\x00"}, "EventID"},
 	{"event id over 512 bytes", outbox.Message{Destination: queueURL, Body: "b", EventID: strings.Repeat("e", 513)}, "EventID"},
 }
@@ -102,6 +103,8 @@ func TestAddAccepts(t *testing.T) {
 		{Destination: queueURL, Body: "b", Attributes: attrs(9)},
 		{Destination: queueURL, Body: big},
 		{Destination: queueURL, Body: "b", Delay: 15 * time.Minute, GroupID: "fair"},
+		{Destination: queueURL, Body: "b", GroupID: "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~" + strings.Repeat("a", 96)},
+		{Destination: topicARN, Body: "b", GroupID: "tenant-1"},
 		{Destination: fifoURL, Body: "b", GroupID: "g"},
 		{Destination: fifoTopic, Body: "b", GroupID: "g", DeduplicationID: "d-1"},
 		{Destination: topicARN, Body: "b", Attributes: map[string]outbox.Attribute{

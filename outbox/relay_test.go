@@ -524,3 +524,89 @@ func TestFIFOGroupMovesWithoutPolling(t *testing.T) {
 		t.Fatalf("arrived as %v; want %v", order, want)
 	}
 }
+
+// recording wraps the real SQS client and keeps every SendMessageBatch request: what the relay
+// asked for, which a server that drops a field on receive cannot show.
+type recording struct {
+	next outbox.SQSClient
+	mu   sync.Mutex
+	reqs []*sqs.SendMessageBatchInput
+}
+
+func (r *recording) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, in)
+	r.mu.Unlock()
+	return r.next.SendMessageBatch(ctx, in, optFns...)
+}
+
+// TestFairQueueGroupIDs (GoAws or fauxqs; the request recorded, since neither returns a standard
+// queue's MessageGroupId): rows with group ids for a standard queue (a fair queue) are sent with
+// their MessageGroupId, without a deduplication id, and with no FIFO head of line: two rows of
+// one group committed together go in one batch. They are delivered, and where the server keeps
+// the group id (sqstest.FairGroups: AWS) it comes back.
+func TestFairQueueGroupIDs(t *testing.T) {
+	t.Parallel()
+	srv.Need(t, sqstest.SendBatchResults)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox-fair"})
+	rec := &recording{next: srv.Client()}
+	b.add(t, outbox.Message{Destination: q.URL, Body: "a-1", GroupID: "tenant-a"},
+		outbox.Message{Destination: q.URL, Body: "a-2", GroupID: "tenant-a"},
+		outbox.Message{Destination: q.URL, Body: "b-1", GroupID: "tenant-b"})
+	b.startRelay(t, outbox.RelayConfig{SQS: rec})
+	got := receive(t, q.URL, 3)
+	groups := map[string]string{}
+	for _, m := range got {
+		groups[aws.ToString(m.Body)] = m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageGroupId)]
+	}
+	if srv.Lacks(sqstest.FairGroups) == "" && (groups["a-1"] != "tenant-a" || groups["a-2"] != "tenant-a" || groups["b-1"] != "tenant-b") {
+		t.Errorf("received group ids %v", groups)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	sent := map[string]string{}
+	together := false
+	for _, in := range rec.reqs {
+		ofA := 0
+		for _, e := range in.Entries {
+			sent[aws.ToString(e.MessageBody)] = aws.ToString(e.MessageGroupId)
+			if e.MessageDeduplicationId != nil {
+				t.Errorf("%s sent with MessageDeduplicationId %q; a standard queue refuses one", aws.ToString(e.MessageBody), aws.ToString(e.MessageDeduplicationId))
+			}
+			if aws.ToString(e.MessageGroupId) == "tenant-a" {
+				ofA++
+			}
+		}
+		together = together || ofA == 2
+	}
+	if sent["a-1"] != "tenant-a" || sent["a-2"] != "tenant-a" || sent["b-1"] != "tenant-b" {
+		t.Errorf("sent group ids %v; want each row's", sent)
+	}
+	if !together {
+		t.Errorf("tenant-a's two rows went in separate batches (%d requests): a FIFO head of line on a standard queue", len(rec.reqs))
+	}
+}
+
+// TestSNSStandardTopicGroupID (the server's SNS): an event with a group id for a standard topic
+// (SNS passes it on to standard-queue subscriptions, for fair queues) is published and reaches a
+// subscribed queue.
+func TestSNSStandardTopicGroupID(t *testing.T) {
+	t.Parallel()
+	srv.Need(t, sqstest.SendBatchResults)
+	srv.SkipWithoutSNS(t)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outbox-sns-fair"})
+	tp := srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "outbox-fair"})
+	srv.Subscribe(t, tp, q, sqstest.SubscribeOptions{Raw: true})
+	sc, err := srv.SNSClient(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := b.add(t, outbox.Message{Destination: tp.ARN, Body: `{"type":"OrderPaid"}`, GroupID: "tenant-a"})
+	b.startRelay(t, outbox.RelayConfig{SNS: sc})
+	got := receive(t, q.URL, 1)
+	if eventID(got[0]) != ids[0] {
+		t.Fatalf("event_id %q; want %q", eventID(got[0]), ids[0])
+	}
+}

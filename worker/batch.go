@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/panics"
@@ -209,7 +210,9 @@ func callBatch(parent context.Context, bh BatchHandler, b *Batch) (results []err
 // received, and returns each message's result (see [Handler] for what each means to the worker).
 // Each message's work gets a context of its own, descending from ctx, and timeout as its handler
 // timeout (0: none); a panic becomes a *[PanicError]; messages with a GroupID keep the FIFO rule
-// (a message not done halts the later ones of its group, whose result then wraps [ErrNotRun]). It
+// (a message not done halts the later ones of its group, whose result then wraps [ErrNotRun])
+// unless their Queue names a standard queue (set, without the ".fifo" suffix): a fair queue's
+// groups have no order. It
 // is the worker's batch less the SQS side (leases, deletes, retries): the test kit
 // (inboxhandler/handlertest) delivers through it. msgs are copied; at most [MaxHandlerBatch].
 func RunBatch(ctx context.Context, h BatchHandler, msgs []*Message, timeout time.Duration) []error {
@@ -228,7 +231,7 @@ func RunBatch(ctx context.Context, h BatchHandler, msgs []*Message, timeout time
 		ds[i] = &delivery{m: &c}
 	}
 	for _, g := range groups(ds) {
-		if g[0].m.GroupID == "" {
+		if g[0].m.GroupID == "" || (g[0].m.Queue != "" && !strings.HasSuffix(g[0].m.Queue, ".fifo")) {
 			continue
 		}
 		grp := &group{}

@@ -135,6 +135,21 @@ type Config struct {
 	// server's queue, which more pollers would only lengthen). Negative is an error.
 	Pollers int
 
+	// MaxPerGroup is the most runners (handler calls, each a message or a batch) that the messages
+	// of one MessageGroupId may hold at once on a standard queue: a fair queue, where the group id
+	// names a tenant. A message over its group's cap waits for a runner, leased (its visibility
+	// extended as a held message's is) and at most MaxHold, while the messages of other groups go
+	// past it; a runner that frees takes the oldest waiting messages whose groups are under their
+	// caps, so one tenant's backlog cannot take every runner. A capped group's messages can fill
+	// the prefetch and wait about Concurrency/MaxPerGroup handler times; past MaxHold they are
+	// released, which costs them a receive, so keep that wait under MaxHold (raise MaxHold for
+	// slow handlers and a small cap). Messages without a group id are not capped. Groups never order or halt one another on a standard queue: that is FIFO's rule,
+	// kept only on a .fifo queue, where MaxPerGroup has no effect (SQS runs one message of a
+	// group at a time there). A value of Concurrency or more caps nothing the worker would reach
+	// unless the concurrency grows (Concurrency 0). 0 (the default) means no cap; negative is an
+	// error.
+	MaxPerGroup int
+
 	// BatchSize is the most messages one ReceiveMessage asks for, 1 to 10. 0 means
 	// DefaultBatchSize (10).
 	BatchSize int
@@ -249,6 +264,8 @@ func (c *Config) validate() error {
 		return errors.New("worker: Config.Handler is nil")
 	case c.Concurrency < 0:
 		return fmt.Errorf("worker: Config.Concurrency is %d; it must be positive (0 means %d)", c.Concurrency, DefaultConcurrency)
+	case c.MaxPerGroup < 0:
+		return fmt.Errorf("worker: Config.MaxPerGroup is %d; it must be positive (0 means no cap per message group)", c.MaxPerGroup)
 	case c.Pollers < 0:
 		return fmt.Errorf("worker: Config.Pollers is %d; it must be positive (0 means a default)", c.Pollers)
 	case c.HandlerBatch < 1 || c.HandlerBatch > MaxHandlerBatch:

@@ -50,6 +50,9 @@ type State struct {
 	// Concurrency is the most handler calls the worker runs at once now (sized to the handler's
 	// time per message when Config.Concurrency is 0 and the handler is a [ConcurrencyLimiter]).
 	Concurrency int `json:"concurrency"`
+	// Groups is, with Config.MaxPerGroup on a standard queue, the top message groups by in-flight
+	// messages and one entry for the rest ([Worker.Groups]); empty otherwise.
+	Groups []GroupStat `json:"groups,omitempty"`
 }
 
 // State returns the worker's state now.
@@ -70,6 +73,7 @@ func (w *Worker) State() State {
 	st.Held = int(max(w.e.held.Load(), 0))
 	st.Pollers, st.Capacity = int(w.size.pollers.Load()), int(w.size.capacity.Load())
 	st.Concurrency = int(w.size.runners.Load())
+	st.Groups = w.Groups()
 	return st
 }
 

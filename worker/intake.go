@@ -130,9 +130,16 @@ func (w *Worker) slotsForReceive(ctx context.Context) (int, error) {
 }
 
 // minBatch is the number of free slots a poller waits for, at most gatherWait, before it
-// receives: its share of the slots, up to BatchSize. Receiving for one slot at a time under load
-// would multiply the ReceiveMessage calls per message; waiting long would leave slots idle.
+// receives: its share of the slots, up to BatchSize, or 1 while a runner of a fairQueue is idle.
+// Receiving for one slot at a time under load would multiply the ReceiveMessage calls per
+// message; waiting long would leave slots idle.
 func (w *Worker) minBatch() int {
+	if w.fair != nil && w.fair.idle.Load() > 0 {
+		// A runner is free and every message held is over its group's cap (or none is held):
+		// what it needs is on the queue, likely another group's (a fair queue delivers those
+		// first), so receive now rather than wait to gather a fuller batch.
+		return 1
+	}
 	return max(1, min(w.cfg.BatchSize, int(w.size.capacity.Load()/max(w.size.pollers.Load(), 1))))
 }
 
@@ -185,6 +192,10 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 		releaseAll(ds)
 		return
 	}
+	if w.fair != nil {
+		w.fair.put(ds)
+		return
+	}
 	if !w.queue.FIFO {
 		for _, d := range ds {
 			w.ready <- item{d: d}
@@ -235,9 +246,10 @@ func (w *Worker) runner(id int) {
 	bh, _ := w.cfg.Handler.(BatchHandler)
 	n := w.cfg.HandlerBatch
 	var (
-		carry []*group
-		buf   = make([]*delivery, 0, n)
-		timer *time.Timer
+		carry   []*group
+		charged []string // the groups whose runners this one holds (w.fair)
+		buf     = make([]*delivery, 0, n)
+		timer   *time.Timer
 	)
 	stopped := w.life.StopContext()
 	for {
@@ -252,7 +264,11 @@ func (w *Worker) runner(id int) {
 			}
 		}
 		var open bool
-		buf, carry, open = w.gather(buf[:0], n, carry, &timer)
+		if w.fair != nil {
+			buf, charged, open = w.gatherFair(buf[:0], n, charged[:0], &timer)
+		} else {
+			buf, carry, open = w.gather(buf[:0], n, carry, &timer)
+		}
 		if len(buf) == 0 && !open {
 			return
 		}
@@ -269,6 +285,7 @@ func (w *Worker) runner(id int) {
 				releaseAll(g.stop())
 			}
 			carry = carry[:0]
+			w.fairDone(buf, charged)
 			continue
 		}
 		run := buf
@@ -291,6 +308,7 @@ func (w *Worker) runner(id int) {
 			w.e.runNanos.Add(int64(time.Since(began)))
 			w.e.runMsgs.Add(int64(len(run)))
 		}
+		w.fairDone(buf, charged)
 		carry = slices.DeleteFunc(carry, func(g *group) bool {
 			if g.len() > 0 {
 				return false
@@ -298,6 +316,23 @@ func (w *Worker) runner(id int) {
 			w.groupDone(g)
 			return true
 		})
+	}
+}
+
+// fairDone hands the runners of the groups charged back to w.fair, if the worker has one, once
+// the deliveries ds it took have ended.
+func (w *Worker) fairDone(ds []*delivery, charged []string) {
+	if w.fair != nil {
+		w.fair.done(ds, charged)
+	}
+}
+
+// armLinger starts *timer (made at its first use) to fire after Linger: a batch's wait to fill.
+func (w *Worker) armLinger(timer **time.Timer) {
+	if *timer == nil {
+		*timer = time.NewTimer(w.cfg.Linger)
+	} else {
+		(*timer).Reset(w.cfg.Linger)
 	}
 }
 
@@ -342,11 +377,7 @@ func (w *Worker) gather(buf []*delivery, n int, carry []*group, timer **time.Tim
 		return buf, carry, true
 	}
 	// Wait up to Linger for the batch to fill.
-	if *timer == nil {
-		*timer = time.NewTimer(w.cfg.Linger)
-	} else {
-		(*timer).Reset(w.cfg.Linger)
-	}
+	w.armLinger(timer)
 	defer (*timer).Stop()
 	for len(buf) < n {
 		select {

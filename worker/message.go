@@ -31,7 +31,9 @@ type Message struct {
 	// Received is the local time taken just before the ReceiveMessage call that returned this
 	// delivery; the worker counts this delivery's 12-hour cap from it ([MaxVisibility]).
 	Received time.Time
-	// GroupID is the MessageGroupId on a FIFO queue, else empty.
+	// GroupID is the MessageGroupId: on a FIFO queue the group whose order SQS keeps, and on a
+	// standard queue (a fair queue) the tenant the producer named, whose messages have no order
+	// (Config.MaxPerGroup caps the runners they hold). Empty when the producer set none.
 	GroupID string
 	// ReceiptHandle is the handle of this delivery. The worker deletes and extends the message
 	// with it; handlers need not use it.

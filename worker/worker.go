@@ -62,8 +62,9 @@ type Worker struct {
 	recvCtx    context.Context // ends at a hard stop, or a grace after the stop: receives in flight are abandoned
 	recvCancel context.CancelCauseFunc
 
-	size  *sizer    // the pollers and the capacity, sized to the receive's latency
-	ready chan item // received deliveries for the runners; closed once the pollers have stopped
+	size  *sizer     // the pollers and the capacity, sized to the receive's latency
+	ready chan item  // received deliveries for the runners; closed once the pollers have stopped
+	fair  *fairQueue // instead of ready on a standard queue with Config.MaxPerGroup; set at start
 
 	pendingMu sync.Mutex
 	pending   map[*group]struct{} // FIFO groups with deliveries not yet started
@@ -160,6 +161,16 @@ func (w *Worker) start(ctx context.Context) error {
 	w.e.work = w.life.WorkContext()
 	w.e.sw = &sqsWriter{client: w.client, opt: w.opt, url: q.URL, fifo: q.FIFO, metrics: w.e.metrics, log: log, base: base}
 	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.size.maxCap)
+	if w.cfg.MaxPerGroup > 0 && !q.FIFO {
+		w.fair = newFairQueue(w.cfg.MaxPerGroup)
+		if gm, ok := w.e.metrics.(GroupMetrics); ok {
+			w.pollers.Add(1)
+			go func() {
+				defer w.pollers.Done()
+				w.reportGroups(gm)
+			}()
+		}
+	}
 	w.mu.Lock()
 	w.queue = q
 	w.mu.Unlock()
@@ -171,7 +182,7 @@ func (w *Worker) start(ctx context.Context) error {
 		w.size.run(w.life.StopContext(), w.e)
 	}()
 	attrs := []any{"concurrency", w.cfg.Concurrency, "handler_batch", w.cfg.HandlerBatch, "prefetch", max(w.cfg.Prefetch, 0),
-		"max_concurrency", w.size.maxR, "pollers", w.cfg.Pollers, "max_pollers", w.size.maxP, "fifo", q.FIFO,
+		"max_per_group", w.cfg.MaxPerGroup, "max_concurrency", w.size.maxR, "pollers", w.cfg.Pollers, "max_pollers", w.size.maxP, "fifo", q.FIFO,
 		"visibility_timeout", vis, "redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
 	if lv, ok := w.cfg.Handler.(slog.LogValuer); ok {
 		attrs = append(attrs, "handler", lv)
@@ -296,6 +307,9 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 			w.pollers.Wait()
 			grace.Stop()
 			close(w.ready) // no poller sends any more
+			if w.fair != nil {
+				releaseAll(w.fair.close())
+			}
 			w.releasePending()
 			w.drain()
 			w.runners.Wait()

@@ -37,6 +37,9 @@ const (
 	// Wire is a server across HTTP: the SDK's transport, retries, timeouts and request bodies.
 	// The in-process fake lacks it.
 	Wire Feature = "an SQS server over HTTP"
+	// FairGroups is MessageGroupId kept on a standard queue and returned on receive, as SQS does
+	// for fair queues.
+	FairGroups Feature = "MessageGroupId returned on a standard queue (fair queues)"
 	// S3 is S3 on the server's endpoint (or AWS_ENDPOINT_URL_S3's), for offloaded payloads.
 	S3 Feature = "S3"
 )
@@ -56,10 +59,12 @@ var lacking = map[Kind]map[Feature]string{
 		SendBatchResults:   "GoAws answers SendMessageBatch with empty Successful and Failed lists",
 		Faults:             noFaults,
 		S3:                 "GoAws serves SQS and SNS only; it has no S3",
+		FairGroups:         "GoAws returns no MessageGroupId on a standard queue",
 	},
 	KindFauxqs: {
 		GroupBatch: "fauxqs returns at most one message per group in a receive",
 		Faults:     noFaults,
+		FairGroups: "fauxqs drops MessageGroupId on a standard queue",
 	},
 	KindOther: {Faults: noFaults},
 }

@@ -211,6 +211,30 @@ var quirks = []quirk{
 		want: map[sqstest.Kind]string{sqstest.KindFauxqs: "1 messages"},
 	},
 	{
+		// A fair queue is a standard queue whose producer sets MessageGroupId: SQS keeps the id
+		// and returns it on receive (MessageSystemAttributeNames MessageGroupId or All). The
+		// worker's per-group tests (Config.MaxPerGroup) run where it is returned: the fake, AWS.
+		name: "MessageGroupId on a standard queue",
+		probe: func(t *testing.T) string {
+			q := newQueue(t, sqstest.QueueOptions{Prefix: "quirk-fair"})
+			err := sqstest.Send(t.Context(), srv.Client(), q.URL, []sqstest.Message{{Body: "0", GroupID: "tenant-a"}})
+			if err != nil {
+				return "send fails: " + kindOfError(err)
+			}
+			m := receive(t, q.URL, 1)
+			g, ok := m[0].Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+			if !ok {
+				return "send succeeds; receive returns no MessageGroupId"
+			}
+			return "send succeeds; receive returns MessageGroupId " + g
+		},
+		want: map[sqstest.Kind]string{
+			sqstest.KindGoAws:  "send succeeds; receive returns no MessageGroupId",
+			sqstest.KindFauxqs: "send succeeds; receive returns no MessageGroupId",
+			sqstest.KindOther:  "send succeeds; receive returns MessageGroupId tenant-a",
+		},
+	},
+	{
 		// The CLI's redrive falls back to copying message by message.
 		name: "StartMessageMoveTask",
 		probe: func(t *testing.T) string {

@@ -4,7 +4,8 @@
 //
 // # What it models
 //
-// Queues (standard and FIFO, by the name's ".fifo" suffix), long polling, visibility timeouts
+// Queues (standard and FIFO, by the name's ".fifo" suffix; a standard queue keeps MessageGroupId
+// and can deliver as a fair queue: [QueueOptions].Fair), long polling, visibility timeouts
 // and their changes, receive counts (ApproximateReceiveCount), FIFO group locking (no message of
 // a group is delivered while an earlier one is in flight), redrive to a dead-letter queue on the
 // receive after maxReceiveCount, and SQS's 12-hour visibility cap, counted from each receive. It
@@ -30,10 +31,12 @@
 package sqsfake
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,6 +102,14 @@ type QueueOptions struct {
 	DeadLetterQueue string
 	// MaxReceiveCount is the redrive policy's maxReceiveCount.
 	MaxReceiveCount int
+	// Fair makes a standard queue deliver as an SQS fair queue does, in a simple form: a receive
+	// returns the visible messages of quiet message groups before those of noisy ones. A group is
+	// noisy when it holds at least 30 of the queue's in-flight messages and more than 10% of them;
+	// a message without a group id is a tenant of its own, never noisy. Without Fair (the
+	// default) a receive returns the oldest visible messages, whatever their groups. Either way
+	// a standard queue keeps each message's MessageGroupId and returns it when the receive asks
+	// for it (MessageSystemAttributeNames All or MessageGroupId), as SQS does.
+	Fair bool
 }
 
 // Fake is an in-memory SQS. The zero value is not usable; call New.
@@ -116,16 +127,21 @@ type Fake struct {
 
 type queue struct {
 	name, url, arn string
-	fifo           bool
+	fifo, fair     bool
 	vis, retention time.Duration
 	dlq            *queue
 	maxReceive     int
 	msgs           []*message // every message ever sent, for Messages
 	live           []*message // messages not known to be deleted, in order, for receives
-	handles        map[string]*message
+	// For Fair: each group's messages not known to be deleted, in order, and the messages
+	// handed out (in flight until deleted or visible again).
+	groupLive map[string][]*message
+	handedOut map[*message]struct{}
+	handles   map[string]*message
 }
 
 type message struct {
+	seq          int64 // send order
 	id, body     string
 	attrs        map[string]types.MessageAttributeValue
 	group        string
@@ -158,7 +174,7 @@ func (f *Fake) CreateQueue(o QueueOptions) string {
 	q := &queue{
 		name: o.Name, url: "https://sqs.fake.local/000000000000/" + o.Name,
 		arn:  "arn:aws:sqs:us-east-1:000000000000:" + o.Name,
-		fifo: strings.HasSuffix(o.Name, ".fifo"), vis: o.VisibilityTimeout, retention: o.Retention,
+		fifo: strings.HasSuffix(o.Name, ".fifo"), fair: o.Fair, vis: o.VisibilityTimeout, retention: o.Retention,
 		maxReceive: o.MaxReceiveCount, handles: map[string]*message{},
 	}
 	if q.vis == 0 {
@@ -311,10 +327,16 @@ func (f *Fake) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInp
 func (f *Fake) add(q *queue, body string, attrs map[string]types.MessageAttributeValue, group string, delay int32) *message {
 	f.seq++
 	now := f.now()
-	m := &message{id: fmt.Sprintf("msg-%d", f.seq), body: body, attrs: attrs, group: group, sent: now,
+	m := &message{seq: f.seq, id: fmt.Sprintf("msg-%d", f.seq), body: body, attrs: attrs, group: group, sent: now,
 		visibleAt: now.Add(time.Duration(delay) * time.Second)}
 	q.msgs = append(q.msgs, m)
 	q.live = append(q.live, m)
+	if q.fair && !q.fifo {
+		if q.groupLive == nil {
+			q.groupLive, q.handedOut = map[string][]*message{}, map[*message]struct{}{}
+		}
+		q.groupLive[m.group] = append(q.groupLive[m.group], m)
+	}
 	f.notify()
 	return m
 }
@@ -349,7 +371,7 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 		if in.VisibilityTimeout > 0 {
 			vis = time.Duration(in.VisibilityTimeout) * time.Second
 		}
-		msgs, next := f.take(q, max, vis, requested)
+		msgs, next := f.take(q, max, vis, requested, wantsGroup(in.MessageSystemAttributeNames))
 		if len(msgs) > 0 && f.faults.LoseReceive != nil && f.faults.LoseReceive() {
 			f.mu.Unlock()
 			return nil, Error("RequestTimeout", "the response was lost")
@@ -388,9 +410,20 @@ func (f *Fake) nowLocked() time.Time {
 	return f.now()
 }
 
+// wantsGroup reports whether a receive asks for the MessageGroupId system attribute.
+func wantsGroup(names []types.MessageSystemAttributeName) bool {
+	for _, n := range names {
+		if n == types.MessageSystemAttributeNameAll || n == types.MessageSystemAttributeNameMessageGroupId {
+			return true
+		}
+	}
+	return false
+}
+
 // take receives up to max visible messages; f.mu must be held. next is when the earliest
-// invisible message becomes visible, or zero.
-func (f *Fake) take(q *queue, max int, vis time.Duration, requested time.Time) (out []types.Message, next time.Time) {
+// invisible message becomes visible, or zero. withGroup says whether the receive asked for
+// MessageGroupId (a FIFO queue returns it regardless).
+func (f *Fake) take(q *queue, max int, vis time.Duration, requested time.Time, withGroup bool) (out []types.Message, next time.Time) {
 	now := f.now()
 	for len(q.live) > 0 && q.live[0].deleted {
 		q.live[0] = nil
@@ -400,45 +433,106 @@ func (f *Fake) take(q *queue, max int, vis time.Duration, requested time.Time) (
 	if q.fifo {
 		blocked = map[string]bool{}
 	}
-	for _, m := range q.live {
-		if len(out) >= max {
-			break
-		}
-		if m.deleted {
-			continue
-		}
-		if m.visibleAt.After(now) {
-			if next.IsZero() || m.visibleAt.Before(next) {
-				next = m.visibleAt
+	noisy := func(string) bool { return false }
+	fair := q.fair && !q.fifo
+	if fair {
+		// In flight: handed out, not deleted, not visible again. The set stays about as large as
+		// the consumers' holdings, so counting it costs little however long the backlog.
+		inFlight, total := map[string]int{}, 0
+		for m := range q.handedOut {
+			if m.deleted || !m.visibleAt.After(now) {
+				delete(q.handedOut, m)
+				continue
 			}
-			if q.fifo {
-				blocked[m.group] = true
+			if m.group != "" {
+				inFlight[m.group]++
+				total++
 			}
+		}
+		noisy = func(g string) bool { n := inFlight[g]; return g != "" && n >= 30 && n*10 > total }
+	}
+	pass := func(wantNoisy bool) {
+		for _, m := range q.live {
+			if len(out) >= max {
+				break
+			}
+			if m.deleted {
+				continue
+			}
+			if m.visibleAt.After(now) {
+				if next.IsZero() || m.visibleAt.Before(next) {
+					next = m.visibleAt
+				}
+				if q.fifo {
+					blocked[m.group] = true
+				}
+				continue
+			}
+			if q.fifo && blocked[m.group] {
+				continue
+			}
+			if noisy(m.group) != wantNoisy {
+				continue
+			}
+			if q.dlq != nil && q.maxReceive > 0 && m.receives >= q.maxReceive {
+				m.deleted = true
+				d := *m
+				d.deleted, d.deletes, d.receives, d.valid, d.firstReceive = false, 0, 0, nil, time.Time{}
+				d.visibleAt = now
+				q.dlq.msgs = append(q.dlq.msgs, &d)
+				q.dlq.live = append(q.dlq.live, &d)
+				continue
+			}
+			out = append(out, f.deliver(q, m, now, vis, requested, withGroup))
+			dup := f.faults.DuplicateInBatch
+			if dup != nil && len(out) < max && dup(m.body) {
+				out = append(out, f.deliver(q, m, now, vis, requested, withGroup))
+			}
+		}
+	}
+	if !fair {
+		pass(false)
+		return out, next
+	}
+	// The quiet groups' messages first, in send order, from each group's own list (so that a
+	// noisy group's long backlog is not walked), then the noisy groups' from the front.
+	var quiet []*message
+	for g, ms := range q.groupLive {
+		for len(ms) > 0 && ms[0].deleted {
+			ms = ms[1:]
+		}
+		if len(ms) == 0 {
+			delete(q.groupLive, g)
 			continue
 		}
-		if q.fifo && blocked[m.group] {
+		q.groupLive[g] = ms
+		if noisy(g) {
 			continue
 		}
-		if q.dlq != nil && q.maxReceive > 0 && m.receives >= q.maxReceive {
-			m.deleted = true
-			d := *m
-			d.deleted, d.deletes, d.receives, d.valid, d.firstReceive = false, 0, 0, nil, time.Time{}
-			d.visibleAt = now
-			q.dlq.msgs = append(q.dlq.msgs, &d)
-			q.dlq.live = append(q.dlq.live, &d)
-			continue
+		visible := 0
+		for _, m := range ms { // enough of the group for one receive
+			if visible == max {
+				break
+			}
+			quiet = append(quiet, m)
+			if !m.deleted && !m.visibleAt.After(now) {
+				visible++
+			}
 		}
-		out = append(out, f.deliver(q, m, now, vis, requested))
-		dup := f.faults.DuplicateInBatch
-		if dup != nil && len(out) < max && dup(m.body) {
-			out = append(out, f.deliver(q, m, now, vis, requested))
-		}
+	}
+	slices.SortFunc(quiet, func(a, b *message) int { return cmp.Compare(a.seq, b.seq) })
+	saved := q.live
+	q.live = quiet
+	pass(false)
+	q.live = saved
+	if len(out) < max {
+		pass(true)
 	}
 	return out, next
 }
 
 // deliver hands m out once more with a new receipt handle.
-func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration, requested time.Time) types.Message {
+func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration, requested time.Time, withGroup bool) types.Message {
 	if !m.visibleAt.After(now) || m.valid == nil {
 		m.valid = map[string]bool{} // a new delivery: earlier handles go stale
 	}
@@ -448,6 +542,9 @@ func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration, r
 	}
 	m.visibleAt = now.Add(vis)
 	m.receivedAt = requested
+	if q.handedOut != nil {
+		q.handedOut[m] = struct{}{}
+	}
 	f.seq++
 	h := fmt.Sprintf("rh-%s-%d", m.id, f.seq)
 	m.valid[h] = true
@@ -457,7 +554,7 @@ func (f *Fake) deliver(q *queue, m *message, now time.Time, vis time.Duration, r
 		"ApproximateFirstReceiveTimestamp": strconv.FormatInt(m.firstReceive.UnixMilli(), 10),
 		"SentTimestamp":                    strconv.FormatInt(m.sent.UnixMilli(), 10),
 	}
-	if m.group != "" {
+	if m.group != "" && (q.fifo || withGroup) {
 		attrs["MessageGroupId"] = m.group
 	}
 	return types.Message{MessageId: aws.String(m.id), Body: aws.String(m.body), ReceiptHandle: aws.String(h),

@@ -226,3 +226,38 @@ func TestLoseReceive(t *testing.T) {
 		t.Errorf("receive count %s, want 2 (the lost receive counted)", n)
 	}
 }
+
+// TestFairQueue: a standard queue keeps MessageGroupId and returns it only when asked for; with
+// Fair, a group holding 30 or more of the messages in flight (and over 10%) is noisy, and a
+// quiet group's message sent after its backlog comes first. Without Fair it waits its turn.
+func TestFairQueue(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		f := sqsfake.New()
+		url := f.CreateQueue(sqsfake.QueueOptions{Name: "fair", Fair: fair})
+		var backlog []string
+		for i := range 100 {
+			backlog = append(backlog, "a"+strconv.Itoa(i))
+		}
+		send(t, f, url, backlog, "a")
+		if got := receive(t, f, url, 10, 30); got[0].Attributes["MessageGroupId"] != "" {
+			t.Fatalf("MessageGroupId returned unasked: %v", got[0].Attributes)
+		}
+		for range 3 { // 40 of a's in flight in all
+			receive(t, f, url, 10, 30)
+		}
+		send(t, f, url, []string{"b0"}, "b")
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 1, VisibilityTimeout: 30,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, group := aws.ToString(out.Messages[0].Body), out.Messages[0].Attributes["MessageGroupId"]
+		want := "a40"
+		if fair {
+			want = "b0"
+		}
+		if body != want || group != want[:1] {
+			t.Errorf("fair %v: received %s of group %q; want %s of its group", fair, body, group, want)
+		}
+	}
+}

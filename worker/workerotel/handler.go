@@ -29,7 +29,7 @@ const (
 	KeyRetryAfter = attribute.Key("sqsinbox.message.retry_after")
 	// KeyDiscardReason is the reason a handler gave to [worker.Discard].
 	KeyDiscardReason = attribute.Key("sqsinbox.message.discard_reason")
-	// KeyGroupID is the MessageGroupId of a message from a FIFO queue.
+	// KeyGroupID is the MessageGroupId of a message: its FIFO group, or its tenant on a fair queue.
 	KeyGroupID = attribute.Key("sqsinbox.message.group_id")
 	// KeySNSTopic is the topic of a message that came in an SNS envelope.
 	KeySNSTopic = attribute.Key("sqsinbox.sns.topic_arn")

@@ -3,6 +3,7 @@ package workerotel
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -24,11 +25,21 @@ import (
 //     sqsinbox.worker.duplicates
 //   - [worker.CommitToDelete]: sqsinbox.worker.commit_to_delete.duration, in seconds
 //   - the handlers in flight: the gauge sqsinbox.worker.in_flight
+//   - with Config.MaxPerGroup on a standard queue (a fair queue; [worker.GroupMetrics]), per
+//     message group: the observable gauges sqsinbox.worker.group.in_flight,
+//     sqsinbox.worker.group.waiting and sqsinbox.worker.group.oldest_wait (seconds), with
+//     [KeyGroupID] for each of the top [worker.TopGroups] groups by in-flight messages and one
+//     for the rest ([worker.OtherGroups]), as of the worker's last report (every second); a
+//     group that leaves the top is no longer observed, so the series stay bounded
 type Metrics struct {
 	counters   map[worker.Counter]counter
 	histograms map[worker.Histogram]histogram
 	inFlight   metric.Int64Gauge
 	base       []metric.RecordOption
+
+	baseAttrs []attribute.KeyValue
+	groupsMu  sync.Mutex
+	groups    []worker.GroupStat // the worker's last report
 }
 
 type counter struct {
@@ -130,7 +141,52 @@ func NewMetrics(meter metric.Meter, queue string) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerotel: gauge in_flight: %w", err)
 	}
+	m.baseAttrs = base
+	if err := m.observeGroups(meter); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// observeGroups registers the per-group gauges, observed from the worker's last report.
+func (m *Metrics) observeGroups(meter metric.Meter) error {
+	inFlight, err := meter.Int64ObservableGauge("sqsinbox.worker.group.in_flight", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages of the group whose handlers run (the top groups by it, and \""+worker.OtherGroups+"\")."))
+	if err != nil {
+		return fmt.Errorf("workerotel: gauge group.in_flight: %w", err)
+	}
+	waiting, err := meter.Int64ObservableGauge("sqsinbox.worker.group.waiting", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages of the group received and waiting for a runner (Config.MaxPerGroup)."))
+	if err != nil {
+		return fmt.Errorf("workerotel: gauge group.waiting: %w", err)
+	}
+	oldest, err := meter.Float64ObservableGauge("sqsinbox.worker.group.oldest_wait", metric.WithUnit("s"),
+		metric.WithDescription("How long the group's oldest waiting message has waited."))
+	if err != nil {
+		return fmt.Errorf("workerotel: gauge group.oldest_wait: %w", err)
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		m.groupsMu.Lock()
+		defer m.groupsMu.Unlock()
+		for _, g := range m.groups {
+			set := metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue(nil), m.baseAttrs...), KeyGroupID.String(g.Group))...))
+			o.ObserveInt64(inFlight, int64(g.InFlight), set)
+			o.ObserveInt64(waiting, int64(g.Waiting), set)
+			o.ObserveFloat64(oldest, g.OldestWait.Seconds(), set)
+		}
+		return nil
+	}, inFlight, waiting, oldest)
+	if err != nil {
+		return fmt.Errorf("workerotel: group gauges: %w", err)
+	}
+	return nil
+}
+
+// SetGroups implements [worker.GroupMetrics].
+func (m *Metrics) SetGroups(groups []worker.GroupStat) {
+	m.groupsMu.Lock()
+	m.groups = append(m.groups[:0], groups...)
+	m.groupsMu.Unlock()
 }
 
 // bg is the context of the measurements: the calls of worker.Metrics carry none.

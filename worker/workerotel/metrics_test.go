@@ -131,3 +131,43 @@ func TestMetricsEveryCounter(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupMetrics: the groups of the worker's last report are observed with the group id, and a
+// group missing from the next report is no longer.
+func TestGroupMetrics(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.WithoutCancel(t.Context())) })
+	m, err := workerotel.NewMetrics(mp.Meter(workerotel.ScopeName), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var _ worker.GroupMetrics = m
+	m.SetGroups([]worker.GroupStat{{Group: "tenant-a", InFlight: 4, Waiting: 30, OldestWait: 1500 * time.Millisecond},
+		{Group: worker.OtherGroups, InFlight: 1}})
+	got := collect(t, reader)
+	points := func(name string) map[string]int64 {
+		out := map[string]int64{}
+		g, ok := got[name].Data.(metricdata.Gauge[int64])
+		if !ok {
+			t.Fatalf("%s: %T, want an int64 gauge", name, got[name].Data)
+		}
+		for _, p := range g.DataPoints {
+			v, _ := p.Attributes.Value(workerotel.KeyGroupID)
+			out[v.AsString()] = p.Value
+		}
+		return out
+	}
+	if p := points("sqsinbox.worker.group.in_flight"); p["tenant-a"] != 4 || p[worker.OtherGroups] != 1 || len(p) != 2 {
+		t.Errorf("group.in_flight %v", p)
+	}
+	if p := points("sqsinbox.worker.group.waiting"); p["tenant-a"] != 30 {
+		t.Errorf("group.waiting %v", p)
+	}
+	m.SetGroups([]worker.GroupStat{{Group: "tenant-b", InFlight: 2}})
+	got = collect(t, reader)
+	if p := points("sqsinbox.worker.group.in_flight"); p["tenant-b"] != 2 || len(p) != 1 {
+		t.Errorf("group.in_flight after a report of one group: %v", p)
+	}
+}

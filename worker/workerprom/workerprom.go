@@ -3,9 +3,17 @@
 // Each [worker.Counter] becomes a counter named sqsinbox_worker_<name>_total, each
 // [worker.Histogram] a histogram sqsinbox_worker_<name>_seconds, and the handlers in flight the
 // gauge sqsinbox_worker_in_flight, all with a constant "queue" label.
+//
+// A worker with Config.MaxPerGroup on a standard queue (a fair queue) also reports its message
+// groups ([worker.GroupMetrics]): the gauges sqsinbox_worker_group_in_flight,
+// sqsinbox_worker_group_waiting and sqsinbox_worker_group_oldest_wait_seconds, with a "group"
+// label for each of the top [worker.TopGroups] groups by in-flight messages and one for the rest
+// ([worker.OtherGroups]), as of the worker's last report (every second). A group that leaves the
+// top is no longer exported, so the series stay bounded however many tenants the queue has.
 package workerprom
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +29,33 @@ type Metrics struct {
 	counters   map[worker.Counter]prometheus.Counter
 	histograms map[worker.Histogram]prometheus.Observer
 	inFlight   prometheus.Gauge
+	groups     *groupCollector
+}
+
+// groupCollector exports the groups of the worker's last report.
+type groupCollector struct {
+	inFlight, waiting, oldest *prometheus.Desc
+
+	mu   sync.Mutex
+	last []worker.GroupStat
+}
+
+// Describe implements prometheus.Collector.
+func (g *groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.inFlight
+	ch <- g.waiting
+	ch <- g.oldest
+}
+
+// Collect implements prometheus.Collector.
+func (g *groupCollector) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.last {
+		ch <- prometheus.MustNewConstMetric(g.inFlight, prometheus.GaugeValue, float64(s.InFlight), s.Group)
+		ch <- prometheus.MustNewConstMetric(g.waiting, prometheus.GaugeValue, float64(s.Waiting), s.Group)
+		ch <- prometheus.MustNewConstMetric(g.oldest, prometheus.GaugeValue, s.OldestWait.Seconds(), s.Group)
+	}
 }
 
 var help = map[worker.Counter]string{
@@ -84,6 +119,15 @@ func New(reg prometheus.Registerer, queue string) (*Metrics, error) {
 		Help: "Handlers running now.", ConstLabels: labels,
 	})
 	cs = append(cs, m.inFlight)
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "worker", name), help, []string{"group"}, labels)
+	}
+	m.groups = &groupCollector{
+		inFlight: desc("group_in_flight", "Messages of the group whose handlers run (the top groups by it, and \""+worker.OtherGroups+"\")."),
+		waiting:  desc("group_waiting", "Messages of the group received and waiting for a runner (Config.MaxPerGroup)."),
+		oldest:   desc("group_oldest_wait_seconds", "How long the group's oldest waiting message has waited."),
+	}
+	cs = append(cs, m.groups)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -108,3 +152,10 @@ func (m *Metrics) Observe(h worker.Histogram, d time.Duration) {
 
 // SetInFlight implements [worker.Metrics].
 func (m *Metrics) SetInFlight(n int) { m.inFlight.Set(float64(n)) }
+
+// SetGroups implements [worker.GroupMetrics].
+func (m *Metrics) SetGroups(groups []worker.GroupStat) {
+	m.groups.mu.Lock()
+	m.groups.last = append(m.groups.last[:0], groups...)
+	m.groups.mu.Unlock()
+}

@@ -47,3 +47,32 @@ resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   ok_actions    = var.ok_actions
   tags          = var.tags
 }
+
+# A fair queue (a standard queue whose producers set MessageGroupId, one per tenant) publishes
+# the age of its oldest message outside the noisy groups: the dwell of the tenants that are not
+# flooding the queue. CloudWatch has no per-tenant dimension for SQS, so this is the alarm that
+# says "the quiet tenants are waiting" while one tenant's backlog is expected. Off unless
+# quiet_groups_age_alarm_seconds is set.
+resource "aws_cloudwatch_metric_alarm" "quiet_groups_oldest_message_age" {
+  count = var.create_alarms && var.quiet_groups_age_alarm_seconds != null ? 1 : 0
+
+  alarm_name        = "${local.name}-quiet-groups-oldest-message-age"
+  alarm_description = "The oldest message of the quiet message groups (tenants) in ${local.name} is older than ${coalesce(var.quiet_groups_age_alarm_seconds, 0)} s: tenants other than the noisy ones are waiting."
+
+  namespace   = "AWS/SQS"
+  metric_name = "ApproximateAgeOfOldestMessageInQuietGroups"
+  dimensions = {
+    QueueName = aws_sqs_queue.this.name
+  }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 5
+  datapoints_to_alarm = 5
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.quiet_groups_age_alarm_seconds
+  treat_missing_data  = "notBreaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
+}

@@ -76,5 +76,5 @@ output "consumer_actions" {
 
 output "alarm_arns" {
   description = "ARNs of the CloudWatch alarms (empty when create_alarms is false)."
-  value       = concat(aws_cloudwatch_metric_alarm.oldest_message_age[*].arn, aws_cloudwatch_metric_alarm.dlq_not_empty[*].arn)
+  value       = concat(aws_cloudwatch_metric_alarm.oldest_message_age[*].arn, aws_cloudwatch_metric_alarm.dlq_not_empty[*].arn, aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[*].arn)
 }

@@ -152,6 +152,17 @@ variable "oldest_message_age_alarm_seconds" {
   }
 }
 
+variable "quiet_groups_age_alarm_seconds" {
+  description = "For a fair queue (a standard queue whose producers set MessageGroupId per tenant): alarm when the oldest message outside the noisy groups (CloudWatch's ApproximateAgeOfOldestMessageInQuietGroups) is older than this, in seconds. null means no such alarm. Default: null."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.quiet_groups_age_alarm_seconds == null || try(var.quiet_groups_age_alarm_seconds > 0 && var.quiet_groups_age_alarm_seconds < var.message_retention_seconds, false)
+    error_message = "quiet_groups_age_alarm_seconds must be null, or positive and shorter than message_retention_seconds (older messages are gone)."
+  }
+}
+
 variable "alarm_actions" {
   description = "ARNs to notify (SNS topics, for example) when an alarm fires. Default: none."
   type        = list(string)

@@ -241,6 +241,48 @@ run "alarms" {
   }
 }
 
+run "quiet_groups_alarm_off_by_default" {
+  command = plan
+
+  assert {
+    condition     = length(aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age) == 0
+    error_message = "The quiet groups' age alarm must be off unless quiet_groups_age_alarm_seconds is set."
+  }
+}
+
+run "quiet_groups_alarm" {
+  command = plan
+
+  variables {
+    quiet_groups_age_alarm_seconds = 120
+    alarm_actions                  = ["arn:aws:sns:us-east-1:123456789012:oncall"]
+  }
+
+  assert {
+    condition = (
+      length(aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age) == 1 &&
+      aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[0].namespace == "AWS/SQS" &&
+      aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[0].metric_name == "ApproximateAgeOfOldestMessageInQuietGroups" &&
+      aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[0].dimensions == tomap({ QueueName = "orders" }) &&
+      aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[0].comparison_operator == "GreaterThanThreshold" &&
+      aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[0].threshold == 120 &&
+      aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[0].treat_missing_data == "notBreaching" &&
+      aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[0].alarm_actions == toset(["arn:aws:sns:us-east-1:123456789012:oncall"])
+    )
+    error_message = "quiet_groups_age_alarm_seconds must create an alarm on the queue's ApproximateAgeOfOldestMessageInQuietGroups above it, missing data not breaching, to alarm_actions."
+  }
+}
+
+run "quiet_groups_alarm_longer_than_retention_fails" {
+  command = plan
+
+  variables {
+    quiet_groups_age_alarm_seconds = 2000000
+  }
+
+  expect_failures = [var.quiet_groups_age_alarm_seconds]
+}
+
 run "alarms_off" {
   command = plan
 

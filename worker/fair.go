@@ -1,0 +1,276 @@
+package worker
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// fairQueue is the ready queue of a standard queue when Config.MaxPerGroup is set: the deliveries
+// received and not yet taken by a runner, in the order they arrived, and how many runners each
+// message group holds. A runner takes the oldest deliveries whose group holds fewer than
+// MaxPerGroup runners (a group counts once per runner, however many of its messages the runner's
+// batch has), so a group at its cap waits, leased, while the others go past it. It is where the
+// cap lives; the runners only ask it. It knows nothing of FIFO: on a standard queue a group id
+// names a tenant, and its messages have no order and never halt one another.
+type fairQueue struct {
+	max int // runners one group may hold at once (Config.MaxPerGroup)
+
+	mu      sync.Mutex
+	waiting []*delivery    // in arrival order
+	runners map[string]int // runners each group holds now
+	msgs    map[string]int // messages of each group those runners hold (the group's in-flight)
+	closed  bool
+	changed chan struct{} // closed and replaced whenever a runner may find more to take
+
+	idle atomic.Int32 // runners waiting with nothing they may take: the pollers receive at once
+}
+
+func newFairQueue(maxPerGroup int) *fairQueue {
+	return &fairQueue{max: maxPerGroup, runners: map[string]int{}, msgs: map[string]int{}, changed: make(chan struct{})}
+}
+
+// notify wakes the runners waiting for a change; q.mu must be held.
+func (q *fairQueue) notify() {
+	close(q.changed)
+	q.changed = make(chan struct{})
+}
+
+// put queues deliveries just received.
+func (q *fairQueue) put(ds []*delivery) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waiting = append(q.waiting, ds...)
+	q.notify()
+}
+
+// take moves into buf, up to n in all, the oldest waiting deliveries that may run now, and
+// records the groups the runner holds from here on in charged (a group once, however many of its
+// messages buf gets). A delivery runs now when its message has no group id, when its group holds
+// fewer than max runners or is charged to this runner already, or when its lease is lost (it will
+// not run: the runner only ends it). It returns the channel that is closed at the next change,
+// and false once the queue is closed and empty. After the close it hands out whatever waits,
+// caps aside, for the runner to release.
+func (q *fairQueue) take(buf []*delivery, n int, charged []string) ([]*delivery, []string, <-chan struct{}, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed && len(q.waiting) == 0 {
+		return buf, charged, q.changed, false
+	}
+	kept := q.waiting[:0]
+	for i, d := range q.waiting {
+		if len(buf) == n {
+			kept = append(kept, q.waiting[i:]...)
+			break
+		}
+		g := d.m.GroupID
+		switch {
+		case g == "":
+		case q.closed || slices.Contains(charged, g):
+			q.msgs[g]++
+		case q.runners[g] < q.max:
+			q.runners[g]++
+			q.msgs[g]++
+			charged = append(charged, g)
+		case d.lease != nil && d.lease.lostErr() != nil:
+			// It will not run, so it takes none of its group's runners; counted in msgs so that
+			// done, which cannot tell it apart, evens it out.
+			q.msgs[g]++
+		default:
+			kept = append(kept, d)
+			continue
+		}
+		buf = append(buf, d)
+	}
+	clear(q.waiting[len(kept):])
+	q.waiting = kept
+	return buf, charged, q.changed, true
+}
+
+// done is a runner handing back what take gave it, once its deliveries have ended.
+func (q *fairQueue) done(ds []*delivery, charged []string) {
+	if len(charged) == 0 && len(ds) == 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range ds {
+		if g := d.m.GroupID; g != "" {
+			if q.msgs[g]--; q.msgs[g] <= 0 {
+				delete(q.msgs, g)
+			}
+		}
+	}
+	for _, g := range charged {
+		if q.runners[g]--; q.runners[g] <= 0 {
+			delete(q.runners, g)
+		}
+	}
+	if len(charged) > 0 {
+		q.notify()
+	}
+}
+
+// close closes the queue, at stop, and returns what waited in it, to release.
+func (q *fairQueue) close() []*delivery {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	ds := q.waiting
+	q.waiting = nil
+	q.notify()
+	return ds
+}
+
+// OtherGroups is the name of the [GroupStat] that sums up the groups past the top ones. No
+// MessageGroupId can take it: SQS allows no space in one.
+const OtherGroups = "other groups"
+
+// TopGroups is the number of message groups that [Worker.Groups] and [GroupMetrics] report by
+// name; the rest are summed up under [OtherGroups], so that a metric's labels stay bounded however
+// many tenants a queue has.
+const TopGroups = 10
+
+// GroupStat is what a worker with Config.MaxPerGroup holds of one message group (one tenant of a
+// fair queue) now.
+type GroupStat struct {
+	// Group is the MessageGroupId, or [OtherGroups] for the sum of the groups past the top ones.
+	Group string `json:"group"`
+	// InFlight is the number of its messages whose handlers run (or whose batch does).
+	InFlight int `json:"in_flight"`
+	// Runners is the number of runners (handler calls) that hold its messages: at most
+	// Config.MaxPerGroup (for OtherGroups, the sum).
+	Runners int `json:"runners"`
+	// Waiting is the number of its messages received and waiting for a runner (leased all along).
+	Waiting int `json:"waiting"`
+	// OldestWait is how long the oldest of them has waited (for OtherGroups, the longest of the
+	// groups'), or 0; in JSON, nanoseconds.
+	OldestWait time.Duration `json:"oldest_wait"`
+}
+
+// stats returns the top groups by in-flight messages (then by waiting ones), at most top, plus
+// one OtherGroups entry for the rest if there are any. Messages without a group id are left out.
+func (q *fairQueue) stats(top int, now time.Time) []GroupStat {
+	q.mu.Lock()
+	by := make(map[string]*GroupStat, len(q.msgs))
+	get := func(g string) *GroupStat {
+		s := by[g]
+		if s == nil {
+			s = &GroupStat{Group: g}
+			by[g] = s
+		}
+		return s
+	}
+	for g, n := range q.msgs {
+		get(g).InFlight = n
+	}
+	for g, n := range q.runners {
+		get(g).Runners = n
+	}
+	for _, d := range q.waiting {
+		if d.m.GroupID == "" {
+			continue
+		}
+		s := get(d.m.GroupID)
+		s.Waiting++
+		if s.Waiting == 1 { // the oldest: waiting is in arrival order
+			s.OldestWait = now.Sub(d.arrived)
+		}
+	}
+	q.mu.Unlock()
+	all := make([]GroupStat, 0, len(by))
+	for _, s := range by {
+		all = append(all, *s)
+	}
+	slices.SortFunc(all, func(a, b GroupStat) int {
+		return cmp.Or(cmp.Compare(b.InFlight, a.InFlight), cmp.Compare(b.Waiting, a.Waiting), cmp.Compare(a.Group, b.Group))
+	})
+	if len(all) <= top {
+		return all
+	}
+	other := GroupStat{Group: OtherGroups}
+	for _, s := range all[top:] {
+		other.InFlight += s.InFlight
+		other.Runners += s.Runners
+		other.Waiting += s.Waiting
+		other.OldestWait = max(other.OldestWait, s.OldestWait)
+	}
+	return append(all[:top], other)
+}
+
+// GroupMetrics is a [Metrics] that also takes the per-group figures of a worker with
+// Config.MaxPerGroup on a standard queue: every second, the top [TopGroups] groups by in-flight
+// messages and one [OtherGroups] entry for the rest. An implementation replaces what it reported
+// before (a group missing from groups has gone quiet), so its labels stay bounded. The workerprom
+// and workerotel packages implement it.
+type GroupMetrics interface {
+	Metrics
+	SetGroups(groups []GroupStat)
+}
+
+// groupMetricsInterval is how often a worker reports its groups to a [GroupMetrics].
+const groupMetricsInterval = time.Second
+
+// Groups returns, for a worker with Config.MaxPerGroup on a standard queue, the top [TopGroups]
+// message groups by in-flight messages (then by waiting ones) and one [OtherGroups] entry for the
+// rest; nil otherwise.
+func (w *Worker) Groups() []GroupStat {
+	if w.Queue() == nil || w.fair == nil {
+		return nil
+	}
+	return w.fair.stats(TopGroups, time.Now())
+}
+
+// reportGroups hands the groups to gm every groupMetricsInterval until the stop.
+func (w *Worker) reportGroups(gm GroupMetrics) {
+	ctx := w.life.StopContext()
+	t := time.NewTicker(groupMetricsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			gm.SetGroups(w.fair.stats(TopGroups, time.Now()))
+		case <-ctx.Done():
+			gm.SetGroups(nil)
+			return
+		}
+	}
+}
+
+// gatherFair is gather for a fairQueue: it fills buf with up to n deliveries that may run now
+// (waiting for the first one, then up to Linger for more), and reports the groups charged to the
+// runner and whether the queue is still open.
+func (w *Worker) gatherFair(buf []*delivery, n int, charged []string, timer **time.Timer) ([]*delivery, []string, bool) {
+	var (
+		changed <-chan struct{}
+		open    bool
+	)
+	for {
+		buf, charged, changed, open = w.fair.take(buf, n, charged)
+		if !open || len(buf) > 0 {
+			break
+		}
+		w.fair.idle.Add(1)
+		<-changed // a delivery, a runner done, or the close
+		w.fair.idle.Add(-1)
+	}
+	if !open || len(buf) == n || w.cfg.Linger <= 0 {
+		return buf, charged, open
+	}
+	w.armLinger(timer)
+	defer (*timer).Stop()
+	for len(buf) < n {
+		select {
+		case <-changed:
+			buf, charged, changed, open = w.fair.take(buf, n, charged)
+			if !open {
+				return buf, charged, false
+			}
+		case <-(*timer).C:
+			return buf, charged, true
+		}
+	}
+	return buf, charged, true
+}
