@@ -65,6 +65,7 @@ func main() {
 	flag.DurationVar(&runTimeout, "timeout", 5*time.Minute, "the longest one worker run may take to drain its messages")
 	bf.register()
 	lf.register()
+	ldf.register()
 	memChild := flag.Int("memory-child", 0, "internal: measure only the memory with this many messages in flight, in this process, and print it as one line (the memory column runs itself this way, in a fresh process)")
 	flag.BoolVar(&traced, "otel", false, "trace the worker runs (goaws, fake): workerotel.Middleware and InboxHooks on an SDK tracer provider that samples every message and drops the spans in its exporter")
 	flag.Parse()
@@ -185,6 +186,16 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 			}
 			if strings.TrimSpace(lf.sqs) != "" {
 				if err := b.latencyTable(ctx, n); err != nil {
+					return err
+				}
+			}
+			if ldf.idle > 0 {
+				if err := b.idleRequests(ctx, ldf.idle); err != nil {
+					return err
+				}
+			}
+			if ldf.load != "" {
+				if err := b.loadTable(ctx, n); err != nil {
 					return err
 				}
 			}
@@ -513,7 +524,10 @@ func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 type workerOpts struct {
 	c, batch, prefetch, pollers int
 	linger                      time.Duration
-	ib                          *inbox.Inbox // nil: the bench's (its pool goes to PostgreSQL directly)
+	ib                          *inbox.Inbox  // nil: the bench's (its pool goes to PostgreSQL directly)
+	wait                        time.Duration // Config.WaitTime; 0: 1 s
+	rec                         *latRec       // nil, or records each message's commit
+	started                     func()        // nil, or called once the worker has started
 }
 
 // runWorker drains n messages from url with a worker at concurrency c and the -pollers flag's
@@ -550,9 +564,16 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	if b.otel != nil {
 		h = b.otel.wrap(url, h)
 	}
+	if o.rec != nil {
+		h = o.rec.wrap(h)
+	}
+	wait := o.wait
+	if wait == 0 {
+		wait = time.Second
+	}
 	var prog tracker
 	met := &counts{prog: &prog}
-	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: o.c, WaitTime: time.Second, Pollers: o.pollers,
+	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: o.c, WaitTime: wait, Pollers: o.pollers,
 		HandlerBatch: o.batch, Prefetch: o.prefetch, Linger: o.linger, Handler: h, Metrics: met, Logger: b.log})
 	if err != nil {
 		return res, err
@@ -565,6 +586,9 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	prog.start(start)
 	if err := w.Start(ctx); err != nil {
 		return res, err
+	}
+	if o.started != nil {
+		o.started()
 	}
 	deadline := start.Add(runTimeout)
 	for met.deleted.Load() < int64(n) && time.Now().Before(deadline) {
