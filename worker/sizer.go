@@ -35,8 +35,8 @@ import (
 // On an empty queue one long poll is enough: SQS bills each ReceiveMessage, and the minimum
 // pollers long-polling an empty queue would cost that many requests per WaitTime. So at a look
 // that saw receives come back empty and none return messages, the sized pollers fall to one; the
-// first receive that returns messages again asks for a look at once (kick), which grows them back
-// to at least the minimum.
+// first receive that returns messages again wakes the sizer (kick), which grows them back to the
+// minimum at once; the next look sizes them as usual.
 
 // MaxPollers is the most pollers the worker runs when it sizes them itself (Config.Pollers 0).
 const MaxPollers = 64
@@ -233,7 +233,13 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 			return
 		case now = <-t.C:
 		case <-s.kick:
-			now = time.Now()
+			// Messages again after the queue was empty: back to the minimum pollers now, and
+			// sized as usual at the next look (a rate measured over the moments since the
+			// last look would be noise).
+			if s.idle.Swap(false) {
+				s.resize(e, s.minP, int(s.runners.Load()), false)
+			}
+			continue
 		}
 		settled, calls, msgs, errs := e.settled.Load(), s.recvCalls.Load(), s.recvMsgs.Load(), s.recvErrs.Load()
 		empty := s.recvEmpty.Load()

@@ -62,6 +62,7 @@ func main() {
 	only := flag.String("only", "", "measure only these columns, comma-separated, for profiling: raw, inbox, goaws, fake, memory (ratios need all)")
 	flag.StringVar(&servers, "sqs", "", "SQS servers to run against in turn, comma-separated: goaws, fauxqs (empty: the one SQSINBOX_TEST_SQS or AWS_ENDPOINT_URL_SQS names, GoAws by default)")
 	flag.StringVar(&memprofile, "memprofile", "", "write a heap profile (every allocation sampled) of the memory measurement, taken with the messages in flight, to this file")
+	flag.StringVar(&allocProfile, "allocprofile", "", "sample every allocation and write the allocations profile before and after the first worker run's drain to FILE.before and FILE.after (compare with go tool pprof -sample_index=alloc_objects -diff_base FILE.before FILE.after)")
 	flag.DurationVar(&runTimeout, "timeout", 5*time.Minute, "the longest one worker run may take to drain its messages")
 	bf.register()
 	lf.register()
@@ -78,6 +79,9 @@ func main() {
 			log.Fatal(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if allocProfile != "" {
+		runtime.MemProfileRate = 1
 	}
 	if *memChild > 0 {
 		if err := memoryChild(*memChild); err != nil {
@@ -99,7 +103,10 @@ var (
 	servers    string
 	runTimeout time.Duration
 	memprofile string
-	bf         batchFlags
+	// allocProfile is -allocprofile; allocProfiled says the first worker run has written it.
+	allocProfile  string
+	allocProfiled bool
+	bf            batchFlags
 )
 
 type bench struct {
@@ -581,6 +588,13 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	profiled := allocProfile != "" && !allocProfiled
+	if profiled {
+		allocProfiled = true
+		if err := writeProfile("allocs", allocProfile+".before"); err != nil {
+			return res, err
+		}
+	}
 	cpu0 := b.cpu.read()
 	start := time.Now()
 	prog.start(start)
@@ -599,6 +613,11 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	res.prog = prog.end(deleted, n)
 	used := b.cpu.read().sub(cpu0)
 	runtime.ReadMemStats(&m1)
+	if profiled {
+		if err := writeProfile("allocs", allocProfile+".after"); err != nil {
+			return res, err
+		}
+	}
 	res.end = w.State()
 	if err := w.Stop(ctx); err != nil {
 		return res, err
@@ -713,7 +732,7 @@ func memoryInFlight(ctx context.Context, k int) (heap, stacks int64, goroutines 
 	runtime.ReadMemStats(&m1)
 	g1 := runtime.NumGoroutine()
 	if memprofile != "" {
-		if err := writeHeapProfile(memprofile); err != nil {
+		if err := writeProfile("heap", memprofile); err != nil {
 			return 0, 0, 0, err
 		}
 	}
@@ -724,12 +743,13 @@ func memoryInFlight(ctx context.Context, k int) (heap, stacks int64, goroutines 
 	return int64(m1.HeapAlloc) - int64(m0.HeapAlloc), int64(m1.StackInuse) - int64(m0.StackInuse), g1 - g0, nil
 }
 
-func writeHeapProfile(path string) error {
+// writeProfile writes the runtime profile name (heap, allocs) to path.
+func writeProfile(name, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
 		_ = f.Close()
 		return err
 	}
