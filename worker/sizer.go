@@ -77,14 +77,14 @@ type sizer struct {
 	wakeMu  sync.Mutex
 	started int // poller goroutines started (under wakeMu): they start as the count first grows
 
-	recvCalls atomic.Int64 // ReceiveMessage calls that returned messages
-	recvMsgs  atomic.Int64 // the messages they returned
-	recvErrs  atomic.Int64 // ReceiveMessage calls that failed
-	recvEmpty atomic.Int64 // ReceiveMessage calls that returned no message
-	idle      atomic.Bool  // the pollers are down to one on an empty queue
+	recvCalls atomic.Int64  // ReceiveMessage calls that returned messages
+	recvMsgs  atomic.Int64  // the messages they returned
+	recvErrs  atomic.Int64  // ReceiveMessage calls that failed
+	recvEmpty atomic.Int64  // ReceiveMessage calls that returned no message
+	idle      atomic.Bool   // the pollers are down to one on an empty queue
 	kick      chan struct{} // a receive that returned messages while idle asks for a look now
-	recvMin   atomic.Int64 // the fastest of them since the last look, in nanoseconds (0: none)
-	minL      float64      // the round trip the pollers are sized from: the fastest receive seen, drifting up 1% a look
+	recvMin   atomic.Int64  // the fastest of them since the last look, in nanoseconds (0: none)
+	minL      float64       // the round trip the pollers are sized from: the fastest receive seen, drifting up 1% a look
 
 	autoRun    bool // the runners are sized (Config.Concurrency was 0, the handler a ConcurrencyLimiter)
 	minR, maxR int
