@@ -302,8 +302,9 @@ func ms(d time.Duration) time.Duration {
 	return d.Round(100 * time.Microsecond)
 }
 
-// idleRequests runs one worker at its defaults on an empty queue for d and prints the SQS
-// requests it made after its start, per minute and extrapolated to an hour.
+// idleRequests runs one worker at its defaults on an empty queue and prints the SQS requests it
+// made in its first long poll (WaitTime, 20 s, and a second), then in the d after it, per minute
+// and extrapolated to an hour.
 func (b *bench) idleRequests(ctx context.Context, d time.Duration) error {
 	rc := reqcount.NewTransport(256)
 	client, err := b.srv.NewClient(ctx, func(o *sqs.Options) { o.HTTPClient = rc })
@@ -326,16 +327,19 @@ func (b *bench) idleRequests(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	c0 := rc.Snapshot()
+	time.Sleep(worker.DefaultWaitTime + time.Second)
+	c1 := rc.Snapshot()
+	first := c1.Sub(c0)
 	start := time.Now()
 	time.Sleep(d)
-	c := rc.Snapshot().Sub(c0)
+	c := rc.Snapshot().Sub(c1)
 	el := time.Since(start)
 	st := w.State()
 	if err := w.Stop(ctx); err != nil {
 		return err
 	}
 	perMin := float64(c.Total()) / el.Minutes()
-	fmt.Printf("\nidle: one worker at its defaults (WaitTime 20 s) on an empty %s queue for %v, after its start: %d requests (%v), %.1f a minute, %.0f an hour per worker (extrapolated); %d pollers at the end\n",
-		b.name, el.Round(time.Second), c.Total(), c.By, perMin, perMin*60, st.Pollers)
+	fmt.Printf("\nidle: one worker at its defaults (WaitTime 20 s) on an empty %s queue: %d requests in its first %v (%v), then %d in %v (%v): %.1f a minute, %.0f an hour per worker (extrapolated); %d pollers at the end\n",
+		b.name, first.Total(), worker.DefaultWaitTime+time.Second, first.By, c.Total(), el.Round(time.Second), c.By, perMin, perMin*60, st.Pollers)
 	return nil
 }
