@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqsinbox/sqsinbox/internal/latency"
+	"github.com/sqsinbox/sqsinbox/internal/reqcount"
 	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
 )
@@ -98,6 +99,21 @@ func BenchmarkRelay(b *testing.B) {
 		}
 		fmt.Println()
 	}
+	relayRequests(b, bn, n)
+}
+
+// relayRequests runs the relay once more on the server directly, through a client that counts its
+// SQS requests (internal/reqcount), and prints them per 1,000 messages.
+func relayRequests(b *testing.B, bn *bundle, n int) {
+	rc := reqcount.NewTransport(256)
+	c, err := srv.NewClient(b.Context(), func(o *sqs.Options) { o.HTTPClient = rc })
+	if err != nil {
+		b.Fatal(err)
+	}
+	measure(b, bn, n, relayGroupsSide(0, c, 0))
+	got := rc.Snapshot()
+	fmt.Printf("relay, %d messages: %.0f SQS requests per 1,000 messages (%v)\n", n, float64(got.Total())*1000/float64(n), got.By)
+	b.ReportMetric(float64(got.Total())/float64(n), "sqs-requests/msg")
 }
 
 // spread returns the median, the least and the greatest of v.

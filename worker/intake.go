@@ -74,6 +74,7 @@ func (w *Worker) poll(id int) {
 		if len(msgs) > 0 {
 			w.size.receiveTook(time.Since(sent), len(msgs))
 		}
+		w.size.received(len(msgs))
 		if len(msgs) < n {
 			w.e.slots.Release(int64(n - len(msgs)))
 		}

@@ -32,6 +32,12 @@ import (
 // while more calls do not slow each one down, and stops (or falls back) where they start to.
 // Idle runners fall back by one a look, never under DefaultConcurrency.
 
+// On an empty queue one long poll is enough: SQS bills each ReceiveMessage, and the minimum
+// pollers long-polling an empty queue would cost that many requests per WaitTime. So at a look
+// that saw receives come back empty and none return messages, the sized pollers fall to one; the
+// first receive that returns messages again wakes the sizer (kick), which grows them back to the
+// minimum at once; the next look sizes them as usual.
+
 // MaxPollers is the most pollers the worker runs when it sizes them itself (Config.Pollers 0).
 const MaxPollers = 64
 
@@ -71,11 +77,14 @@ type sizer struct {
 	wakeMu  sync.Mutex
 	started int // poller goroutines started (under wakeMu): they start as the count first grows
 
-	recvCalls atomic.Int64 // ReceiveMessage calls that returned messages
-	recvMsgs  atomic.Int64 // the messages they returned
-	recvErrs  atomic.Int64 // ReceiveMessage calls that failed
-	recvMin   atomic.Int64 // the fastest of them since the last look, in nanoseconds (0: none)
-	minL      float64      // the round trip the pollers are sized from: the fastest receive seen, drifting up 1% a look
+	recvCalls atomic.Int64  // ReceiveMessage calls that returned messages
+	recvMsgs  atomic.Int64  // the messages they returned
+	recvErrs  atomic.Int64  // ReceiveMessage calls that failed
+	recvEmpty atomic.Int64  // ReceiveMessage calls that returned no message
+	idle      atomic.Bool   // the pollers are down to one on an empty queue
+	kick      chan struct{} // a receive that returned messages while idle asks for a look now
+	recvMin   atomic.Int64  // the fastest of them since the last look, in nanoseconds (0: none)
+	minL      float64       // the round trip the pollers are sized from: the fastest receive seen, drifting up 1% a look
 
 	autoRun    bool // the runners are sized (Config.Concurrency was 0, the handler a ConcurrencyLimiter)
 	minR, maxR int
@@ -90,7 +99,8 @@ type sizer struct {
 func newSizer(w *Worker, autoPollers, autoPrefetch, autoConcurrency bool) *sizer {
 	c := &w.cfg
 	s := &sizer{w: w, auto: autoPollers, autoCap: autoPrefetch, minP: c.Pollers, maxP: c.Pollers,
-		minR: c.Concurrency, maxR: c.Concurrency, wake: make(chan struct{}), runWake: make(chan struct{})}
+		minR: c.Concurrency, maxR: c.Concurrency, wake: make(chan struct{}), runWake: make(chan struct{}),
+		kick: make(chan struct{}, 1)}
 	if s.auto {
 		s.maxP = max(MaxPollers, c.Pollers)
 	}
@@ -178,6 +188,21 @@ func (s *sizer) receiveTook(d time.Duration, n int) {
 	}
 }
 
+// received records a ReceiveMessage call that returned n messages (0: none): while the pollers are
+// idle, messages ask the sizer for a look now.
+func (s *sizer) received(n int) {
+	if n == 0 {
+		s.recvEmpty.Add(1)
+		return
+	}
+	if s.idle.Load() {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // active reports whether poller i may receive now; when not, it returns a channel closed when the
 // count grows.
 func (s *sizer) active(i int) (bool, <-chan struct{}) {
@@ -200,47 +225,63 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 	t := time.NewTimer(growEvery) // the first look comes soon: the pollers start at the fewest
 	defer t.Stop()
 	last, lastSettled := time.Now(), e.settled.Load()
-	var lastCalls, lastMsgs, lastErrs, lastBusy, lastRun int64
+	var lastCalls, lastMsgs, lastErrs, lastBusy, lastRun, lastEmpty int64
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			settled, calls, msgs, errs := e.settled.Load(), s.recvCalls.Load(), s.recvMsgs.Load(), s.recvErrs.Load()
-			busy, ran := e.runNanos.Load(), e.runMsgs.Load()
-			window := now.Sub(last).Seconds()
-			pollers, runners := int(s.pollers.Load()), int(s.runners.Load())
-			pollers0 := pollers
+		case now = <-t.C:
+		case <-s.kick:
+			// Messages again after the queue was empty: back to the minimum pollers now, and
+			// sized as usual at the next look (a rate measured over the moments since the
+			// last look would be noise).
+			if s.idle.Swap(false) {
+				s.resize(e, s.minP, int(s.runners.Load()), false)
+			}
+			continue
+		}
+		settled, calls, msgs, errs := e.settled.Load(), s.recvCalls.Load(), s.recvMsgs.Load(), s.recvErrs.Load()
+		empty := s.recvEmpty.Load()
+		busy, ran := e.runNanos.Load(), e.runMsgs.Load()
+		window := now.Sub(last).Seconds()
+		pollers, runners := int(s.pollers.Load()), int(s.runners.Load())
+		pollers0 := pollers
+		switch {
+		case e.pause.active():
+			// A dependency is down: back to the loopback's pollers, runners and capacity, so
+			// that when a probe ends the pause, the worker does not receive its whole grown
+			// capacity into an outage that may not be over (each such message spends a
+			// receive), and grows again from what it then measures.
+			pollers, runners = s.minP, s.minR
+			s.resize(e, pollers, runners, true)
+		case s.auto && errs > lastErrs:
+			// Receives fail (SQS throttles, errs or is unreachable): back to the fewest
+			// pollers at once, so that the worker's calls in an outage are the backoff of a
+			// few pollers, not of 64; they grow again from what the next receives measure.
+			pollers = s.minP
+			s.resize(e, pollers, runners, true)
+		default:
+			idle := s.auto && calls == lastCalls && empty > lastEmpty
 			switch {
-			case e.pause.active():
-				// A dependency is down: back to the loopback's pollers, runners and capacity, so
-				// that when a probe ends the pause, the worker does not receive its whole grown
-				// capacity into an outage that may not be over (each such message spends a
-				// receive), and grows again from what it then measures.
-				pollers, runners = s.minP, s.minR
-				s.resize(e, pollers, runners, true)
-			case s.auto && errs > lastErrs:
-				// Receives fail (SQS throttles, errs or is unreachable): back to the fewest
-				// pollers at once, so that the worker's calls in an outage are the backoff of a
-				// few pollers, not of 64; they grow again from what the next receives measure.
-				pollers = s.minP
-				s.resize(e, pollers, runners, true)
-			default:
-				if s.auto && calls > lastCalls {
-					rate := float64(settled-lastSettled) / window
-					pollers = s.feed(s.want(rate, s.roundTrip()), runners, calls-lastCalls, msgs-lastMsgs, e.held.Load())
-				}
-				if s.autoRun && ran > lastRun {
-					runners = s.wantRunners(runners, time.Duration(busy-lastBusy).Seconds(), int(ran-lastRun), window, e.held.Load())
-				}
-				s.resize(e, pollers, runners, false)
+			case idle:
+				// The queue is empty: one long poll waits for it.
+				pollers = 1
+			case s.auto && calls > lastCalls:
+				rate := float64(settled-lastSettled) / window
+				pollers = s.feed(s.want(rate, s.roundTrip()), runners, calls-lastCalls, msgs-lastMsgs, e.held.Load())
 			}
-			last, lastSettled, lastCalls, lastMsgs, lastErrs, lastBusy, lastRun = now, settled, calls, msgs, errs, busy, ran
-			if int(s.pollers.Load()) > pollers0 {
-				t.Reset(growEvery)
-			} else {
-				t.Reset(sizeEvery)
+			if s.autoRun && ran > lastRun {
+				runners = s.wantRunners(runners, time.Duration(busy-lastBusy).Seconds(), int(ran-lastRun), window, e.held.Load())
 			}
+			s.resize(e, pollers, runners, idle)
+		}
+		last, lastSettled, lastCalls, lastMsgs, lastErrs, lastBusy, lastRun, lastEmpty = now, settled, calls, msgs, errs, busy, ran, empty
+		s.idle.Store(s.auto && int(s.pollers.Load()) < s.minP)
+		if int(s.pollers.Load()) > pollers0 {
+			t.Reset(growEvery)
+		} else {
+			t.Reset(sizeEvery)
 		}
 	}
 }

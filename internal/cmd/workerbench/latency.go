@@ -58,14 +58,19 @@ func msList(s string) ([]time.Duration, error) {
 	return out, nil
 }
 
+// delays parses the SQS and PostgreSQL round-trip lists of a table.
+func delays(sqsList, pgList string) (sqsDelays, pgDelays []time.Duration, err error) {
+	if sqsDelays, err = msList(sqsList); err != nil {
+		return nil, nil, err
+	}
+	pgDelays, err = msList(pgList)
+	return sqsDelays, pgDelays, err
+}
+
 // latencyTable prints, per cell of the added latencies, the worker's rate at its defaults and the
 // frozen reference's at its best parallelism, with their CPU per message and the machine's CPU use.
 func (b *bench) latencyTable(ctx context.Context, n int) error {
-	sqsDelays, err := msList(lf.sqs)
-	if err != nil {
-		return err
-	}
-	pgDelays, err := msList(lf.pg)
+	sqsDelays, pgDelays, err := delays(lf.sqs, lf.pg)
 	if err != nil {
 		return err
 	}
@@ -73,39 +78,12 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	u, err := url.Parse(b.srv.Endpoint)
+	px, err := b.startProxies(ctx, nil)
 	if err != nil {
 		return err
 	}
-	sp, err := latency.Start(u.Host)
-	if err != nil {
-		return err
-	}
-	defer sp.Close()
-	sqsProxied, err := b.srv.NewClient(ctx, func(o *sqs.Options) { o.BaseEndpoint = aws.String("http://" + sp.Addr()) })
-	if err != nil {
-		return err
-	}
-	pcfg := b.pool.Config()
-	pp, err := latency.Start(net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
-	if err != nil {
-		return err
-	}
-	defer pp.Close()
-	host, port, _ := net.SplitHostPort(pp.Addr())
-	pc := pcfg.Copy()
-	pc.ConnConfig.Host = host
-	p, _ := strconv.Atoi(port)
-	pc.ConnConfig.Port = uint16(p)
-	poolProxied, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return err
-	}
-	defer poolProxied.Close()
-	ibProxied, err := inbox.New(poolProxied, &inbox.Config{Schema: schema})
-	if err != nil {
-		return err
-	}
+	defer px.close()
+	sp, pp, sqsProxied, poolProxied, ibProxied := px.sqs, px.pg, px.sqsClient, px.pool, px.ib
 	fmt.Printf("\nlatency: SQS and PostgreSQL behind delaying proxies (round trips added; a cell with 0 goes direct); %d messages per run; the worker at its defaults, the frozen reference (receive 10, one transaction with a savepoint, claim and insert per message, DeleteMessageBatch; N loops) at its best N of %s\n\n", n, lf.refc)
 	type cell struct{ sd, pd time.Duration }
 	var wst worst // the worker runs' progress
@@ -168,7 +146,7 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 					if err != nil {
 						return err
 					}
-					r, err := b.reference(ctx, client, pool, url, n, c)
+					r, err := b.reference(ctx, client, pool, url, n, c, nil)
 					if err != nil {
 						return err
 					}
@@ -219,6 +197,67 @@ func (b *bench) latencyTable(ctx context.Context, n int) error {
 	return nil
 }
 
+// proxies are the delaying proxies in front of SQS and PostgreSQL, with a client, a pool and an
+// inbox that go through them.
+type proxies struct {
+	sqs, pg   *latency.Proxy
+	sqsClient *sqs.Client
+	pool      *pgxpool.Pool
+	ib        *inbox.Inbox
+}
+
+// startProxies starts the proxies; the SQS client through its proxy sends its requests with hc
+// (nil: the SDK's own HTTP client).
+func (b *bench) startProxies(ctx context.Context, hc sqs.HTTPClient) (_ *proxies, err error) {
+	px := &proxies{}
+	defer func() {
+		if err != nil {
+			px.close()
+		}
+	}()
+	u, err := url.Parse(b.srv.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if px.sqs, err = latency.Start(u.Host); err != nil {
+		return nil, err
+	}
+	if px.sqsClient, err = b.srv.NewClient(ctx, func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String("http://" + px.sqs.Addr())
+		if hc != nil {
+			o.HTTPClient = hc
+		}
+	}); err != nil {
+		return nil, err
+	}
+	pcfg := b.pool.Config()
+	if px.pg, err = latency.Start(net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port)))); err != nil {
+		return nil, err
+	}
+	host, port, _ := net.SplitHostPort(px.pg.Addr())
+	pc := pcfg.Copy()
+	pc.ConnConfig.Host = host
+	p, _ := strconv.Atoi(port)
+	pc.ConnConfig.Port = uint16(p)
+	if px.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, err
+	}
+	px.ib, err = inbox.New(px.pool, &inbox.Config{Schema: schema})
+	return px, err
+}
+
+func (px *proxies) close() {
+	if px.pool != nil {
+		px.pool.Close()
+	}
+	if px.pg != nil {
+		px.pg.Close()
+	}
+	if px.sqs != nil {
+		px.sqs.Close()
+	}
+}
+
 // medianRange formats the median of v and its range, or "-" for none.
 func medianRange(v []float64) string {
 	if len(v) == 0 {
@@ -238,8 +277,9 @@ type refRun struct {
 // reference is the frozen reference: copies loops of ReceiveMessage (10, long poll 1 s), one
 // transaction with a savepoint, the inbox's claim and the effect's insert per message (one
 // statement at a time, as a hand-written consumer would), COMMIT, and one DeleteMessageBatch. It
-// is not tuned: only its parallelism is chosen, per cell, by the table.
-func (b *bench) reference(ctx context.Context, client worker.SQSClient, pool *pgxpool.Pool, qurl string, n, copies int) (refRun, error) {
+// is not tuned: only its parallelism is chosen, per cell, by the table. A non-nil rec records
+// each message's commit.
+func (b *bench) reference(ctx context.Context, client worker.SQSClient, pool *pgxpool.Pool, qurl string, n, copies int, rec *latRec) (refRun, error) {
 	handler := fmt.Sprintf("reference-%d", b.nextRun())
 	claim := `INSERT INTO ` + schema + `.processed_messages (handler, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	var done atomic.Int64
@@ -287,7 +327,11 @@ func (b *bench) reference(ctx context.Context, client worker.SQSClient, pool *pg
 							return err
 						}
 					}
-					return tx.Commit(ctx)
+					if err := tx.Commit(ctx); err != nil {
+						return err
+					}
+					rec.committed(out.Messages)
+					return nil
 				}(); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return

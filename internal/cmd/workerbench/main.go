@@ -62,9 +62,11 @@ func main() {
 	only := flag.String("only", "", "measure only these columns, comma-separated, for profiling: raw, inbox, goaws, fake, memory (ratios need all)")
 	flag.StringVar(&servers, "sqs", "", "SQS servers to run against in turn, comma-separated: goaws, fauxqs (empty: the one SQSINBOX_TEST_SQS or AWS_ENDPOINT_URL_SQS names, GoAws by default)")
 	flag.StringVar(&memprofile, "memprofile", "", "write a heap profile (every allocation sampled) of the memory measurement, taken with the messages in flight, to this file")
+	flag.StringVar(&allocProfile, "allocprofile", "", "sample every allocation and write the allocations profile before and after the first worker run's drain to FILE.before and FILE.after (compare with go tool pprof -sample_index=alloc_objects -diff_base FILE.before FILE.after)")
 	flag.DurationVar(&runTimeout, "timeout", 5*time.Minute, "the longest one worker run may take to drain its messages")
 	bf.register()
 	lf.register()
+	ldf.register()
 	memChild := flag.Int("memory-child", 0, "internal: measure only the memory with this many messages in flight, in this process, and print it as one line (the memory column runs itself this way, in a fresh process)")
 	flag.BoolVar(&traced, "otel", false, "trace the worker runs (goaws, fake): workerotel.Middleware and InboxHooks on an SDK tracer provider that samples every message and drops the spans in its exporter")
 	flag.Parse()
@@ -77,6 +79,9 @@ func main() {
 			log.Fatal(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if allocProfile != "" {
+		runtime.MemProfileRate = 1
 	}
 	if *memChild > 0 {
 		if err := memoryChild(*memChild); err != nil {
@@ -98,7 +103,10 @@ var (
 	servers    string
 	runTimeout time.Duration
 	memprofile string
-	bf         batchFlags
+	// allocProfile is -allocprofile; allocProfiled says the first worker run has written it.
+	allocProfile  string
+	allocProfiled bool
+	bf            batchFlags
 )
 
 type bench struct {
@@ -185,6 +193,16 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 			}
 			if strings.TrimSpace(lf.sqs) != "" {
 				if err := b.latencyTable(ctx, n); err != nil {
+					return err
+				}
+			}
+			if ldf.idle > 0 {
+				if err := b.idleRequests(ctx, ldf.idle); err != nil {
+					return err
+				}
+			}
+			if ldf.load != "" {
+				if err := b.loadTable(ctx, n); err != nil {
 					return err
 				}
 			}
@@ -513,7 +531,10 @@ func (t *timedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 type workerOpts struct {
 	c, batch, prefetch, pollers int
 	linger                      time.Duration
-	ib                          *inbox.Inbox // nil: the bench's (its pool goes to PostgreSQL directly)
+	ib                          *inbox.Inbox  // nil: the bench's (its pool goes to PostgreSQL directly)
+	wait                        time.Duration // Config.WaitTime; 0: 1 s
+	rec                         *latRec       // nil, or records each message's commit
+	started                     func()        // nil, or called once the worker has started
 }
 
 // runWorker drains n messages from url with a worker at concurrency c and the -pollers flag's
@@ -550,9 +571,16 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	if b.otel != nil {
 		h = b.otel.wrap(url, h)
 	}
+	if o.rec != nil {
+		h = o.rec.wrap(h)
+	}
+	wait := o.wait
+	if wait == 0 {
+		wait = time.Second
+	}
 	var prog tracker
 	met := &counts{prog: &prog}
-	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: o.c, WaitTime: time.Second, Pollers: o.pollers,
+	w, err := worker.New(client, &worker.Config{QueueURL: url, Concurrency: o.c, WaitTime: wait, Pollers: o.pollers,
 		HandlerBatch: o.batch, Prefetch: o.prefetch, Linger: o.linger, Handler: h, Metrics: met, Logger: b.log})
 	if err != nil {
 		return res, err
@@ -560,11 +588,21 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	profiled := allocProfile != "" && !allocProfiled
+	if profiled {
+		allocProfiled = true
+		if err := writeProfile("allocs", allocProfile+".before"); err != nil {
+			return res, err
+		}
+	}
 	cpu0 := b.cpu.read()
 	start := time.Now()
 	prog.start(start)
 	if err := w.Start(ctx); err != nil {
 		return res, err
+	}
+	if o.started != nil {
+		o.started()
 	}
 	deadline := start.Add(runTimeout)
 	for met.deleted.Load() < int64(n) && time.Now().Before(deadline) {
@@ -575,6 +613,11 @@ func (b *bench) runWorkerOpts(ctx context.Context, sqsClient worker.SQSClient, u
 	res.prog = prog.end(deleted, n)
 	used := b.cpu.read().sub(cpu0)
 	runtime.ReadMemStats(&m1)
+	if profiled {
+		if err := writeProfile("allocs", allocProfile+".after"); err != nil {
+			return res, err
+		}
+	}
 	res.end = w.State()
 	if err := w.Stop(ctx); err != nil {
 		return res, err
@@ -689,7 +732,7 @@ func memoryInFlight(ctx context.Context, k int) (heap, stacks int64, goroutines 
 	runtime.ReadMemStats(&m1)
 	g1 := runtime.NumGoroutine()
 	if memprofile != "" {
-		if err := writeHeapProfile(memprofile); err != nil {
+		if err := writeProfile("heap", memprofile); err != nil {
 			return 0, 0, 0, err
 		}
 	}
@@ -700,12 +743,13 @@ func memoryInFlight(ctx context.Context, k int) (heap, stacks int64, goroutines 
 	return int64(m1.HeapAlloc) - int64(m0.HeapAlloc), int64(m1.StackInuse) - int64(m0.StackInuse), g1 - g0, nil
 }
 
-func writeHeapProfile(path string) error {
+// writeProfile writes the runtime profile name (heap, allocs) to path.
+func writeProfile(name, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
 		_ = f.Close()
 		return err
 	}

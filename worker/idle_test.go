@@ -1,0 +1,96 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// receivesInFlight is an *sqs.Client that counts its ReceiveMessage calls in flight.
+type receivesInFlight struct {
+	*sqs.Client
+	n atomic.Int64
+}
+
+func (c *receivesInFlight) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	c.n.Add(1)
+	defer c.n.Add(-1)
+	return c.Client.ReceiveMessage(ctx, in, optFns...)
+}
+
+// TestIdleQueueOnePoller (the harness's SQS server: GoAws, or fauxqs): on an empty queue the
+// sized pollers fall to one long poll (SQS bills each receive); messages bring them back to at
+// least the default, and they fall to one again once the queue is empty.
+func TestIdleQueueOnePoller(t *testing.T) {
+	t.Parallel()
+	const concurrency = 10
+	minP := worker.DefaultPollers(concurrency, 1, worker.DefaultBatchSize)
+	if minP < 2 {
+		t.Fatalf("DefaultPollers(%d, 1, %d) = %d: the test needs at least 2", concurrency, worker.DefaultBatchSize, minP)
+	}
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "idle"})
+	c := &receivesInFlight{Client: newClient(t)}
+	release := make(chan struct{})
+	var handled atomic.Int64
+	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Concurrency: concurrency,
+		Logger: sqstest.Logger(t),
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			handled.Add(1)
+			return nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	onePoll := func() (bool, string) {
+		st := w.State()
+		return st.Pollers == 1 && c.n.Load() <= 1, fmt.Sprintf("%d pollers, %d receives in flight", st.Pollers, c.n.Load())
+	}
+	sqstest.WaitFor(t, time.Minute, "one poller on the empty queue", onePoll)
+
+	const n = 50
+	msgs := make([]sqstest.Message, n)
+	for i := range msgs {
+		msgs[i] = sqstest.Message{Body: `{"id":"` + strconv.Itoa(i) + `"}`}
+	}
+	if err := sqstest.Send(ctx, newClient(t), q.URL, msgs); err != nil {
+		t.Fatal(err)
+	}
+	// The handlers hold what they took: the rest stays in the queue, and no receive comes back
+	// empty until they are released.
+	sqstest.WaitFor(t, time.Minute, "the pollers back", func() (bool, string) {
+		st := w.State()
+		return st.Pollers >= minP, fmt.Sprintf("%d pollers, want at least %d", st.Pollers, minP)
+	})
+	close(release)
+	released = true
+	sqstest.WaitFor(t, 2*time.Minute, "every message handled", func() (bool, string) {
+		return handled.Load() >= n, fmt.Sprintf("%d of %d handled", handled.Load(), n)
+	})
+	sqstest.WaitFor(t, time.Minute, "one poller on the drained queue", onePoll)
+}
