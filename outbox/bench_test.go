@@ -15,8 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqsinbox/sqsinbox/internal/latency"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/latency"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
@@ -132,7 +132,7 @@ func envMillis(b *testing.B, name, def string) []time.Duration {
 	return out
 }
 
-// proxiedClient starts a delaying proxy (internal/latency) in front of the SQS server and returns
+// proxiedClient starts a delaying proxy (harness/latency) in front of the SQS server and returns
 // it with a client that goes through it.
 func proxiedClient(b testing.TB) (*latency.Proxy, *sqs.Client) {
 	u, err := url.Parse(srv.Endpoint)

@@ -33,7 +33,7 @@ for c in old new; do
 	rev=$old
 	[[ $c == new ]] && rev=$new
 	git -C "$repo" worktree add -q --detach "$tmp/$c" "$rev"
-	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./internal/cmd/workerbench)
+	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./harness/cmd/workerbench)
 	echo "bench-ab: $c = $(git -C "$repo" rev-parse --short "$rev")"
 done
 # measure runs one measurement and prints the worker's msgs/s, its CPU per message (µs), its

@@ -26,7 +26,7 @@ for c in old new; do
 	rev=$old
 	[[ $c == new ]] && rev=$new
 	git -C "$repo" worktree add -q --detach "$tmp/$c" "$rev"
-	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./internal/cmd/workerbench && go test -c -o "$tmp/$c.inbox.test" ./inbox/)
+	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./harness/cmd/workerbench && go test -c -o "$tmp/$c.inbox.test" ./inbox/)
 	echo "bench-compare: $c = $(git -C "$repo" rev-parse --short "$rev")"
 done
 for r in $(seq "$rounds"); do

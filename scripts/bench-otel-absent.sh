@@ -38,7 +38,7 @@ for c in old new; do
 	rev=$old
 	[[ $c == new ]] && rev=$new
 	git -C "$repo" worktree add -q --detach "$tmp/$c" "$rev"
-	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./internal/cmd/workerbench)
+	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./harness/cmd/workerbench)
 	echo "bench-otel-absent: $c = $(git -C "$repo" rev-parse --short "$rev")"
 done
 if ! "$tmp/new.workerbench" -h 2>&1 | grep -q -- '-otel'; then

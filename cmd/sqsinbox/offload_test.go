@@ -6,7 +6,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker"
 )

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqsinbox/sqsinbox/harness/exampletest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/exampletest"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 )
 
 // envRunMain makes the test binary run main instead of the tests.
