@@ -15,8 +15,8 @@
 //
 // The test servers, the reliability suite, the benches and the development commands live in
 // harness/, above the product: the harness imports the public packages, and the public packages
-// import it only from their test files. So the top-level folders read top to bottom:
-// harness, cmd → workerapp → s3payload, worker → inbox, outbox → migrate → internal/core.
+// import it only from their test files. So the top-level folders read top to bottom: harness →
+// cmd, workerapp → worker → inbox, outbox → migrate, s3payload → internal/core.
 // Within the public packages, worker (the SQS side) and inbox (the PostgreSQL side) know nothing
 // of each other, and outbox and s3payload nothing of worker; worker/inboxhandler joins the two.
 // TestLayers and TestTopLevelLayers check all of it.

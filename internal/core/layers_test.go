@@ -59,7 +59,7 @@ func under(p, dir string) bool {
 //     the adapters that join them (worker/inboxhandler, worker/workerotel); outbox and s3payload
 //     know nothing of worker, and s3payload nothing of outbox.
 func TestLayers(t *testing.T) {
-	never := [][2]string{{"worker", "inbox"}, {"inbox", "worker"}, {"outbox", "worker"}}
+	never := [][2]string{{"worker", "inbox"}, {"inbox", "worker"}, {"outbox", "worker"}, {"s3payload", "worker"}, {"s3payload", "outbox"}}
 	for _, p := range listModule(t) {
 		core := under(p.ImportPath, "internal/core")
 		product := !core && !under(p.ImportPath, "harness") && !under(p.ImportPath, "examples")
@@ -89,6 +89,9 @@ func TestLayers(t *testing.T) {
 // package pull in no worker, however indirectly, and the harness reaches no product binary.
 func TestLayersTransitive(t *testing.T) {
 	for _, c := range []struct{ pkg, never string }{
+		{"outbox", "worker"},
+		{"s3payload", "worker"},
+		{"s3payload", "outbox"},
 		{"inbox", "worker"},
 	} {
 		out, err := exec.Command("go", "list", "-deps", module+"/"+c.pkg).Output()
