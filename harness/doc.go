@@ -15,6 +15,7 @@
 //   - reliability: the suite that proves exactly-once under faults (RELIABILITY.md);
 //   - docscheck and tfapply: tests that keep the docs and the Terraform modules true;
 //   - cmd/demo, cmd/dev, cmd/soak, cmd/workerbench, cmd/inboxlayout: `make demo`, `make dev`,
-//     `make soak`, the worker bench and the inbox-layout bench;
+//     `make soak`, the worker bench and the inbox-layout bench; cmd/funclen lists the longest
+//     functions;
 //   - tools: the pinned GoAws, fauxqs and Node client versions, as nested tool modules.
 package harness
