@@ -14,7 +14,7 @@ help: ## List the targets.
 
 .PHONY: demo
 demo: ## The OrderPaid story through an SNS fan-out: fauxqs and a throwaway PostgreSQL started for you, evt_9f3k published twice, 1,000 more events with duplicates, warehouse and loyalty each applying every event once, a table.
-	$(GO) run ./internal/cmd/demo
+	$(GO) run ./harness/cmd/demo
 
 # The port of 127.0.0.1 that `make dev` starts fauxqs on: LocalStack's, so that the same
 # environment works with either.
@@ -24,17 +24,17 @@ DEV_PORT ?= 4566
 .PHONY: dev
 dev: ## fauxqs on 127.0.0.1:DEV_PORT (4566) and a throwaway PostgreSQL (or DATABASE_URL's), with localstack/'s queues, DLQs and SNS topic and the inbox migrated, for running workers against; prints the environment to export, runs until Ctrl-C. No Docker.
 	@mkdir -p $(TOOLS_DIR)
-	$(GO) build -o $(TOOLS_DIR)/sqsinbox-dev ./internal/cmd/dev
+	$(GO) build -o $(TOOLS_DIR)/sqsinbox-dev ./harness/cmd/dev
 	exec $(TOOLS_DIR)/sqsinbox-dev -port $(DEV_PORT)
 
-# The SQS server the harness (internal/sqstest) starts for the first pass of `make test`: goaws
+# The SQS server the harness (harness/sqstest) starts for the first pass of `make test`: goaws
 # (the default) or fauxqs. TESTING.md says how the suite runs and what each server gets wrong.
 SQSINBOX_TEST_SQS ?= goaws
-# The packages whose tests use an SQS server (internal/sqstest), run a second time against
+# The packages whose tests use an SQS server (harness/sqstest), run a second time against
 # fauxqs when the first pass used GoAws. No test is skipped by name on either pass; a test that
 # needs what GoAws gets wrong (FIFO queues, for one) skips itself on the GoAws pass and says why.
-FAUXQS_PACKAGES := ./internal/sqstest/ ./worker/ ./worker/inboxhandler/ ./internal/reliability/ \
-	./cmd/sqsinbox/ ./internal/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/payments-api/ ./examples/warehouse/ \
+FAUXQS_PACKAGES := ./harness/sqstest/ ./worker/ ./worker/inboxhandler/ ./harness/reliability/ \
+	./cmd/sqsinbox/ ./harness/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/payments-api/ ./examples/warehouse/ \
 	./workerapp/ ./outbox/ ./worker/workerotel/ ./s3payload/
 
 .PHONY: test
@@ -72,8 +72,8 @@ bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first
 
 .PHONY: bench-worker
 bench-worker: ## Worker msgs/s at c=1/8/32/64 against GoAws and the fake, beside raw GoAws and inbox-only (same run), allocs/msg, memory at 1,000 in flight; then batched commits (N=10/20) on GoAws and fauxqs against the raw drain and batched inbox-only, and against N=1; then the latency table: the worker at its defaults with SQS 0/5/20/50 ms and PostgreSQL 0/1 ms away (delaying proxies), against the frozen reference loop and the raw drain.
-	$(GO) run ./internal/cmd/workerbench -n 3000 -c 1,8,32,64 -repeat 2 -sqs goaws,fauxqs -batch 10,20 -bc 2,8 -bpollers 0,2 -rawpollers 1,2,4
-	$(GO) run ./internal/cmd/workerbench -n 10000 -c '' -inflight 0 -sqs goaws,fauxqs -lat-sqs 0,5,20,50 -lat-pg 0,1 -refc 16,64
+	$(GO) run ./harness/cmd/workerbench -n 3000 -c 1,8,32,64 -repeat 2 -sqs goaws,fauxqs -batch 10,20 -bc 2,8 -bpollers 0,2 -rawpollers 1,2,4
+	$(GO) run ./harness/cmd/workerbench -n 10000 -c '' -inflight 0 -sqs goaws,fauxqs -lat-sqs 0,5,20,50 -lat-pg 0,1 -refc 16,64
 
 .PHONY: bench-relay
 bench-relay: ## Outbox relay msgs/s against a raw SendMessageBatch loop (fauxqs), with SQS 0/5/20/50 ms away (a delaying proxy), 3 rounds; then FIFO destinations.
@@ -85,7 +85,7 @@ SOAK_WORKERS  ?= 4
 
 .PHONY: soak
 soak: ## Every reliability scenario at SOAK_MESSAGES (50,000) messages with SOAK_WORKERS (4) workers, about 30 min; prints the checker's table (RELIABILITY.md).
-	$(GO) run ./internal/cmd/soak -messages $(SOAK_MESSAGES) -workers $(SOAK_WORKERS)
+	$(GO) run ./harness/cmd/soak -messages $(SOAK_MESSAGES) -workers $(SOAK_WORKERS)
 
 .PHONY: examples-copy-check
 examples-copy-check: ## Copy each example folder out of the repository with a go.mod of its own and build it (public packages only); build a module made with README.md's replace lines.

@@ -15,7 +15,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/inbox"
 )
 
-// Tests of Inbox.RunBatch, against a real PostgreSQL (internal/pgtest).
+// Tests of Inbox.RunBatch, against a real PostgreSQL (harness/pgtest).
 
 func items(b *bundle, fn inbox.Func, keys ...string) []inbox.Item {
 	out := make([]inbox.Item, len(keys))

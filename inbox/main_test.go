@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 )
 
 // Every test in this package runs against a real PostgreSQL: a throwaway cluster started from

@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqsinbox/sqsinbox/internal/latency"
-	"github.com/sqsinbox/sqsinbox/internal/reqcount"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/latency"
+	"github.com/sqsinbox/sqsinbox/harness/reqcount"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
@@ -103,7 +103,7 @@ func BenchmarkRelay(b *testing.B) {
 }
 
 // relayRequests runs the relay once more on the server directly, through a client that counts its
-// SQS requests (internal/reqcount), and prints them per 1,000 messages.
+// SQS requests (harness/reqcount), and prints them per 1,000 messages.
 func relayRequests(b *testing.B, bn *bundle, n int) {
 	rc := reqcount.NewTransport(256)
 	c, err := srv.NewClient(b.Context(), func(o *sqs.Options) { o.HTTPClient = rc })
@@ -148,7 +148,7 @@ func envMillis(b *testing.B, name, def string) []time.Duration {
 	return out
 }
 
-// proxiedClient starts a delaying proxy (internal/latency) in front of the SQS server and returns
+// proxiedClient starts a delaying proxy (harness/latency) in front of the SQS server and returns
 // it with a client that goes through it.
 func proxiedClient(b testing.TB) (*latency.Proxy, *sqs.Client) {
 	u, err := url.Parse(srv.Endpoint)

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
 	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker"
@@ -62,13 +62,16 @@ func (k *payloadKit) objects(t *testing.T, prefix string) int {
 func (k *payloadKit) resolve(t *testing.T, m sqstypes.Message) (string, bool) {
 	t.Helper()
 	wm := &worker.Message{Body: []byte(aws.ToString(m.Body)), Attributes: m.MessageAttributes}
-	_, offloaded := wm.OffloadedSize()
-	release, errs := k.r.Fetch(t.Context(), []*worker.Message{wm})
-	defer release()
-	if errs[0] != nil {
-		t.Fatal(errs[0])
+	size, offloaded := wm.OffloadedSize()
+	if !offloaded {
+		return string(wm.Body), false
 	}
-	return string(wm.Body), offloaded
+	got, release := k.r.Fetch(t.Context(), []s3payload.Ref{{Body: wm.Body, Size: size}})
+	defer release()
+	if got[0].Err != nil {
+		t.Fatal(got[0].Err)
+	}
+	return string(got[0].Data), true
 }
 
 func big(c byte, n int) string { return `{"lines":"` + strings.Repeat(string(c), n) + `"}` }
@@ -178,9 +181,10 @@ func TestRelayOffloadsToTopic(t *testing.T) {
 	if err := worker.UnwrapSNS(wm, worker.SNSEnvelope); err != nil {
 		t.Fatal(err)
 	}
-	release, errs := k.r.Fetch(t.Context(), []*worker.Message{wm})
+	size, _ := wm.OffloadedSize()
+	payloads, release := k.r.Fetch(t.Context(), []s3payload.Ref{{Body: wm.Body, Size: size}})
 	defer release()
-	if errs[0] != nil || string(wm.Body) != body || wm.SNS == nil {
-		t.Errorf("through the topic: %v, a body of %d bytes, enveloped %v; want the %d added, enveloped", errs[0], len(wm.Body), wm.SNS != nil, len(body))
+	if p := payloads[0]; p.Err != nil || string(p.Data) != body || wm.SNS == nil {
+		t.Errorf("through the topic: %v, a body of %d bytes, enveloped %v; want the %d added, enveloped", p.Err, len(p.Data), wm.SNS != nil, len(body))
 	}
 }

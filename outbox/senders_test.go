@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
@@ -24,7 +24,7 @@ func (b *bundle) addMany(t testing.TB, url, prefix string, n int) {
 	}
 }
 
-// TestSendersSizedToTheRoundTrip (real server behind the delaying proxy of internal/latency):
+// TestSendersSizedToTheRoundTrip (real server behind the delaying proxy of harness/latency):
 // with SQS 20 ms away, a relay at its defaults runs more senders than it starts with (four move
 // 2,000 messages a second at most, and it measures that the call's round trip asks for more),
 // and falls back to them once the backlog is gone; a fixed count stays fixed.

@@ -7,14 +7,16 @@
 //	["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"B","s3Key":"K"}]
 //
 // (older writers name the class com.amazon.sqs.javamessaging.MessageS3Pointer), and it carries
-// the Number message attribute ExtendedPayloadSize (older writers: SQSLargePayloadSize) with the
+// the Number message attribute [SizeAttribute] (older writers: [LegacySizeAttribute]) with the
 // payload's size in bytes. Only that attribute marks a pointer: an ordinary body that happens to
 // look like one is never fetched. Under SNS without raw message delivery, the attribute is among
 // the envelope's message attributes, which the worker unwraps first.
 //
-// A [Reader] is the worker's [worker.PayloadFetcher]: it fetches the payload before the handler
-// runs, outside the handler's transaction, from the buckets it is allowed to read only, within a
-// bound on each payload's size and on the bytes held at once. The handler sees the payload as if
+// A [Reader] is the worker's payload fetcher (set it as worker.Config.Payloads): given each
+// offloaded message's [Ref], it fetches the payload before the handler runs, outside the
+// handler's transaction, from the buckets it is allowed to read only, within a bound on each
+// payload's size and on the bytes held at once. The package knows nothing of the worker: the
+// worker hands it the pointer bodies and puts the payloads back into its messages. The handler sees the payload as if
 // it had come inline, so the inbox's key is the one the payload gives (the event_id attribute,
 // else the payload's "id", else its SHA-256). A refused bucket, a missing object, a malformed
 // pointer or an oversized payload is an error that names the bucket and key, and the message goes

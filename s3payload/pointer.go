@@ -15,6 +15,18 @@ const (
 	LegacyPointerClass = "com.amazon.sqs.javamessaging.MessageS3Pointer"
 )
 
+// The reserved message attributes that mark an offloaded message: the body is then a pointer to
+// the payload, and the attribute's Number value is the payload's size in bytes. Only the
+// attribute marks it; a body that merely looks like a pointer is not one.
+const (
+	// SizeAttribute is the attribute the current extended clients write, shared by the SQS and
+	// SNS ones.
+	SizeAttribute = "ExtendedPayloadSize"
+	// LegacySizeAttribute is the attribute older SQS extended clients write (the Java one still
+	// does by default).
+	LegacySizeAttribute = "SQSLargePayloadSize"
+)
+
 // Pointer is where an offloaded payload is: an object in S3.
 type Pointer struct {
 	Bucket string `json:"s3BucketName"`

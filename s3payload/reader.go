@@ -16,8 +16,6 @@ import (
 	"github.com/aws/smithy-go"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
-
-	"github.com/sqsinbox/sqsinbox/worker"
 )
 
 // GetObjectAPI is the part of the S3 API a [Reader] uses. Its method copies the signature of
@@ -56,8 +54,8 @@ type ReaderConfig struct {
 	Concurrency int
 }
 
-// Reader fetches offloaded payloads for the worker: it is a [worker.PayloadFetcher] (set it as
-// worker.Config.Payloads). It is safe for concurrent use.
+// Reader fetches offloaded payloads for the worker: set it as worker.Config.Payloads. It is safe
+// for concurrent use.
 type Reader struct {
 	s3      GetObjectAPI
 	buckets map[string]bool
@@ -122,77 +120,86 @@ var (
 	ErrSizeMismatch = errors.New("the object's size differs from the message's size attribute")
 )
 
-// Fetch implements [worker.PayloadFetcher].
-func (r *Reader) Fetch(ctx context.Context, ms []*worker.Message) (func(), []error) {
-	errs := make([]error, len(ms))
+// Ref is what an offloaded message carries of its payload: the pointer body ([ParsePointer]) and
+// the value of its reserved size attribute ([SizeAttribute] or [LegacySizeAttribute]), the
+// payload's size in bytes.
+type Ref struct {
+	Body []byte
+	Size string
+}
+
+// Payload is what [Reader.Fetch] made of one [Ref]: the payload and the object it came from, or
+// why it could not be fetched.
+type Payload struct {
+	// Data is the payload; nil when Err is set.
+	Data []byte
+	// From is the object the payload came from, as an S3 URI (s3://bucket/key); empty when the
+	// body is not a pointer.
+	From string
+	// Err is why the payload could not be fetched: a *FetchError, or (when the body is not a
+	// pointer) an error that wraps ErrMalformedPointer.
+	Err error
+}
+
+// Fetch fetches the payloads refs point to, ReaderConfig.Concurrency objects at a time;
+// payloads[i] is refs[i]'s. The payloads hold room against ReaderConfig.MaxHeld from their fetch
+// until release is called (once they are no longer needed; a second call does nothing); a fetch
+// waits for room until ctx ends. release is never nil.
+func (r *Reader) Fetch(ctx context.Context, refs []Ref) (payloads []Payload, release func()) {
+	payloads = make([]Payload, len(refs))
 	type job struct {
 		i    int
 		p    Pointer
 		size int64
-		data []byte
 	}
 	var jobs []*job
 	var total int64
-	for i, m := range ms {
-		sizeAttr, ok := m.OffloadedSize()
-		if !ok {
-			continue
-		}
-		p, err := ParsePointer(m.Body)
+	for i, ref := range refs {
+		p, err := ParsePointer(ref.Body)
 		if err != nil {
-			errs[i] = err
+			payloads[i].Err = err
 			continue
 		}
-		size, err := strconv.ParseInt(sizeAttr, 10, 64)
+		payloads[i].From = p.String()
+		size, err := strconv.ParseInt(ref.Size, 10, 64)
 		switch {
 		case !r.buckets[p.Bucket]:
-			errs[i] = &FetchError{p, ErrBucketNotAllowed}
+			payloads[i].Err = &FetchError{p, ErrBucketNotAllowed}
 			continue
 		case err != nil || size < 0:
-			errs[i] = &FetchError{p, fmt.Errorf("the message's size attribute is %q; want a whole number of bytes", sizeAttr)}
+			payloads[i].Err = &FetchError{p, fmt.Errorf("the message's size attribute is %q; want a whole number of bytes", ref.Size)}
 			continue
 		case size > r.max:
-			errs[i] = &FetchError{p, fmt.Errorf("%w: the message says %d bytes; the bound is %d", ErrTooLarge, size, r.max)}
+			payloads[i].Err = &FetchError{p, fmt.Errorf("%w: the message says %d bytes; the bound is %d", ErrTooLarge, size, r.max)}
 			continue
 		}
 		jobs = append(jobs, &job{i: i, p: p, size: size})
 		total += size
 	}
 	if len(jobs) == 0 {
-		return func() {}, errs
+		return payloads, func() {}
 	}
 	hold := min(total, r.held)
 	if err := r.sem.Acquire(ctx, hold); err != nil {
 		for _, j := range jobs {
-			errs[j.i] = &FetchError{j.p, fmt.Errorf("waiting for room among the payloads held (ReaderConfig.MaxHeld %d): %w", r.held, err)}
+			payloads[j.i].Err = &FetchError{j.p, fmt.Errorf("waiting for room among the payloads held (ReaderConfig.MaxHeld %d): %w", r.held, err)}
 		}
-		return func() {}, errs
+		return payloads, func() {}
 	}
 	var once sync.Once
-	release := func() { once.Do(func() { r.sem.Release(hold) }) }
+	release = func() { once.Do(func() { r.sem.Release(hold) }) }
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.conc)
 	for _, j := range jobs {
 		g.Go(func() error {
 			// One failure does not stop the others: each records its own.
-			j.data, errs[j.i] = r.fetchOne(gctx, j.p, j.size)
+			payloads[j.i].Data, payloads[j.i].Err = r.fetchOne(gctx, j.p, j.size)
 			return nil
 		})
 	}
 	_ = g.Wait()
-	for _, j := range jobs {
-		if j.data == nil {
-			continue
-		}
-		m := ms[j.i]
-		m.Body = j.data
-		m.Attributes = maps.Clone(m.Attributes)
-		delete(m.Attributes, worker.PayloadSizeAttribute)
-		delete(m.Attributes, worker.LegacyPayloadSizeAttribute)
-		m.Offloaded = j.p.String()
-	}
-	return release, errs
+	return payloads, release
 }
 
 // fetchOne reads one object of size bytes, or returns a *FetchError.

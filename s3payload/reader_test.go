@@ -8,12 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/s3payload"
-	"github.com/sqsinbox/sqsinbox/worker"
 )
 
 // Tests of the Reader against the pass's server's S3 (fauxqs; on GoAws, which has no S3, they
@@ -54,48 +50,43 @@ func setup(t *testing.T) *kit {
 	}}
 }
 
-// message puts payload and returns the message that points to it, its size attribute named attr.
-func (k *kit) message(t *testing.T, id string, payload []byte, attr string) *worker.Message {
+// ref puts payload and returns what the message that points to it carries.
+func (k *kit) ref(t *testing.T, id string, payload []byte) s3payload.Ref {
 	t.Helper()
 	o, err := k.w.Put(t.Context(), id, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &worker.Message{Body: []byte(o.Body), Attributes: map[string]types.MessageAttributeValue{
-		attr:       {DataType: aws.String("Number"), StringValue: aws.String(o.Size)},
-		"event_id": {DataType: aws.String("String"), StringValue: aws.String(id)},
-	}}
+	return s3payload.Ref{Body: []byte(o.Body), Size: o.Size}
 }
 
-// TestFetch (fauxqs): offloaded bodies are replaced by their payloads, under either attribute
-// name, the size attribute removed and Offloaded set; an ordinary message is left as it is.
+// TestFetch (fauxqs): each ref's payload is fetched, with the object it came from; a body that
+// is no pointer and a bucket not allowed are errors of their own ref only.
 func TestFetch(t *testing.T) {
 	t.Parallel()
 	k := setup(t)
 	r := k.newR(s3payload.ReaderConfig{})
 	p1, p2 := bytes.Repeat([]byte("a"), 300<<10), []byte(`{"id":"evt_2"}`)
-	plain := &worker.Message{Body: []byte(`{"id":"evt_3"}`)}
-	ms := []*worker.Message{k.message(t, "evt_1", p1, worker.PayloadSizeAttribute), plain, k.message(t, "evt_2", p2, worker.LegacyPayloadSizeAttribute)}
-	release, errs := r.Fetch(t.Context(), ms)
+	other := s3payload.Pointer{Bucket: "not-" + k.bucket, Key: "k"}
+	refs := []s3payload.Ref{k.ref(t, "evt_1", p1), {Body: []byte(`{"id":"evt_3"}`), Size: "14"}, k.ref(t, "evt_2", p2), {Body: []byte(other.Body()), Size: "1"}}
+	payloads, release := r.Fetch(t.Context(), refs)
 	defer release()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("message %d: %v", i, err)
+	if len(payloads) != len(refs) {
+		t.Fatalf("%d payloads for %d refs", len(payloads), len(refs))
+	}
+	for i, want := range map[int][]byte{0: p1, 2: p2} {
+		if payloads[i].Err != nil || !bytes.Equal(payloads[i].Data, want) {
+			t.Errorf("ref %d: %d bytes, %v; want %d bytes", i, len(payloads[i].Data), payloads[i].Err, len(want))
 		}
 	}
-	for i, want := range [][]byte{p1, []byte(`{"id":"evt_3"}`), p2} {
-		if !bytes.Equal(ms[i].Body, want) {
-			t.Errorf("message %d: body of %d bytes, want %d", i, len(ms[i].Body), len(want))
-		}
-		if _, ok := ms[i].OffloadedSize(); ok {
-			t.Errorf("message %d still carries a size attribute", i)
-		}
+	if !strings.HasPrefix(payloads[0].From, "s3://"+k.bucket+"/sqsinbox/evt_1/") {
+		t.Errorf("From = %q; want s3://%s/sqsinbox/evt_1/...", payloads[0].From, k.bucket)
 	}
-	if !strings.HasPrefix(ms[0].Offloaded, "s3://"+k.bucket+"/sqsinbox/evt_1/") || plain.Offloaded != "" {
-		t.Errorf("Offloaded = %q and %q; want s3://%s/sqsinbox/evt_1/... and empty", ms[0].Offloaded, plain.Offloaded, k.bucket)
+	if !errors.Is(payloads[1].Err, s3payload.ErrMalformedPointer) || payloads[1].Data != nil {
+		t.Errorf("a body that is no pointer: %v; want ErrMalformedPointer", payloads[1].Err)
 	}
-	if v, _ := ms[0].Attribute("event_id"); v != "evt_1" {
-		t.Errorf("event_id = %q; the other attributes must stay", v)
+	if !errors.Is(payloads[3].Err, s3payload.ErrBucketNotAllowed) || payloads[3].From != other.String() {
+		t.Errorf("a bucket not allowed: %v from %q; want ErrBucketNotAllowed from %s", payloads[3].Err, payloads[3].From, other)
 	}
 }
 
@@ -108,36 +99,36 @@ func TestFetchHoldsWithinMaxHeld(t *testing.T) {
 	k := setup(t)
 	r := k.newR(s3payload.ReaderConfig{MaxPayload: 1 << 20, MaxHeld: 1 << 20})
 	big := bytes.Repeat([]byte("b"), 700<<10)
-	releaseA, errs := r.Fetch(t.Context(), []*worker.Message{k.message(t, "evt_a", big, worker.PayloadSizeAttribute)})
-	if errs[0] != nil {
-		t.Fatal(errs[0])
+	got, releaseA := r.Fetch(t.Context(), []s3payload.Ref{k.ref(t, "evt_a", big)})
+	if got[0].Err != nil {
+		t.Fatal(got[0].Err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	_, errs = r.Fetch(ctx, []*worker.Message{k.message(t, "evt_b", big, worker.PayloadSizeAttribute)})
-	if !errors.Is(errs[0], context.DeadlineExceeded) || !strings.Contains(errs[0].Error(), "waiting for room among the payloads held (ReaderConfig.MaxHeld 1048576)") {
-		t.Errorf("a fetch past MaxHeld returned %v; want it to wait, then fail with its context", errs[0])
+	refB := k.ref(t, "evt_b", big)
+	got, _ = r.Fetch(ctx, []s3payload.Ref{refB})
+	if err := got[0].Err; !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for room among the payloads held (ReaderConfig.MaxHeld 1048576)") {
+		t.Errorf("a fetch past MaxHeld returned %v; want it to wait, then fail with its context", err)
 	}
-	done := make(chan []error)
+	done := make(chan error)
 	go func() {
-		release, errs := r.Fetch(t.Context(), []*worker.Message{k.message(t, "evt_b", big, worker.PayloadSizeAttribute)})
+		got, release := r.Fetch(t.Context(), []s3payload.Ref{refB})
 		release()
-		done <- errs
+		done <- got[0].Err
 	}()
 	releaseA()
 	releaseA() // a second call does nothing
 	select {
-	case errs := <-done:
-		if errs[0] != nil {
-			t.Errorf("after the release: %v", errs[0])
+	case err := <-done:
+		if err != nil {
+			t.Errorf("after the release: %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the fetch still waits 30 s after the release")
 	}
-	two := []*worker.Message{k.message(t, "evt_c", big, worker.PayloadSizeAttribute), k.message(t, "evt_d", big, worker.PayloadSizeAttribute)}
-	release, errs := r.Fetch(t.Context(), two)
+	two, release := r.Fetch(t.Context(), []s3payload.Ref{k.ref(t, "evt_c", big), k.ref(t, "evt_d", big)})
 	release()
-	if errs[0] != nil || errs[1] != nil || len(two[1].Body) != len(big) {
-		t.Errorf("a call of 1.4 MiB with MaxHeld 1 MiB: %v", errs)
+	if two[0].Err != nil || two[1].Err != nil || len(two[1].Data) != len(big) {
+		t.Errorf("a call of 1.4 MiB with MaxHeld 1 MiB: %v, %v", two[0].Err, two[1].Err)
 	}
 }

@@ -12,8 +12,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-
-	"github.com/sqsinbox/sqsinbox/worker"
 )
 
 // PutObjectAPI is the part of the S3 API a [Writer] uses. Its method copies the signature of
@@ -109,9 +107,9 @@ func (w *Writer) Put(ctx context.Context, eventID string, payload []byte) (Offlo
 	if err != nil {
 		return Offloaded{}, fmt.Errorf("s3payload: PutObject %s: %w", p, err)
 	}
-	o := Offloaded{Pointer: p, Body: p.Body(), Attribute: worker.PayloadSizeAttribute, Size: strconv.Itoa(len(payload))}
+	o := Offloaded{Pointer: p, Body: p.Body(), Attribute: SizeAttribute, Size: strconv.Itoa(len(payload))}
 	if w.cfg.LegacyAttribute {
-		o.Attribute = worker.LegacyPayloadSizeAttribute
+		o.Attribute = LegacySizeAttribute
 	}
 	return o, nil
 }

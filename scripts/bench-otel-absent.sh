@@ -34,11 +34,14 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+# workerbench_dir prints the bench's package in checkout $1: harness/cmd/workerbench, or
+# internal/cmd/workerbench in commits from before the harness left internal/.
+workerbench_dir() { if [[ -d $1/harness/cmd/workerbench ]]; then echo ./harness/cmd/workerbench; else echo ./internal/cmd/workerbench; fi; }
 for c in old new; do
 	rev=$old
 	[[ $c == new ]] && rev=$new
 	git -C "$repo" worktree add -q --detach "$tmp/$c" "$rev"
-	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" ./internal/cmd/workerbench)
+	(cd "$tmp/$c" && go build -o "$tmp/$c.workerbench" "$(workerbench_dir "$tmp/$c")")
 	echo "bench-otel-absent: $c = $(git -C "$repo" rev-parse --short "$rev")"
 done
 if ! "$tmp/new.workerbench" -h 2>&1 | grep -q -- '-otel'; then

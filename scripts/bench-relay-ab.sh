@@ -3,7 +3,7 @@
 # NEW's benchmark files, run interleaved (OLD, NEW, NEW, OLD, ... ROUNDS times each) on the SQS
 # server SERVER (fauxqs: GoAws's SendMessageBatch results are broken). Every run is one round of
 # BenchmarkRelay: MSGS rows, and the raw SendMessageBatch loop at its best of 4, 16 and 64
-# senders, with SQS direct and RTT ms away (the delaying proxy of internal/latency). It prints
+# senders, with SQS direct and RTT ms away (the delaying proxy of harness/latency). It prints
 # each run, then per commit and cell the median and spread (min-max) of the relay's rate, of
 # relay / raw and of the relay's rate against its own with SQS direct, and NEW / OLD of the
 # medians of the relay's rate: a before/after claim from the same machine at the same time.

@@ -175,7 +175,7 @@ run_tests() {
 }
 
 # apply_fauxqs applies the sqs-worker module for real against fauxqs, runs the warehouse worker on
-# the queue it made, and destroys it (internal/tfapply, a Go test under the build tag tfapply: it
+# the queue it made, and destroys it (harness/tfapply, a Go test under the build tag tfapply: it
 # starts fauxqs and PostgreSQL itself). TF_APPLY=0 skips it.
 apply_fauxqs() {
 	[[ ${TF_APPLY:-1} == 0 ]] && { log "apply against fauxqs skipped (TF_APPLY=0)"; return 0; }
@@ -183,9 +183,9 @@ apply_fauxqs() {
 		{ log "apply against fauxqs: OpenTofu only"; return 0; }
 	local start
 	start=$(date +%s)
-	log "apply terraform/examples/localstack against fauxqs, consume, destroy (internal/tfapply)"
+	log "apply terraform/examples/localstack against fauxqs, consume, destroy (harness/tfapply)"
 	(cd "$repo" && TF_BIN=${TF_BIN:-$tofu_bin} TF_CLI_CONFIG_FILE=$cli_config \
-		go test -tags tfapply -count=1 -timeout 15m -v ./internal/tfapply/ 2>&1 | grep -E '^(---|ok|FAIL|PASS)|apply_test.go') ||
+		go test -tags tfapply -count=1 -timeout 15m -v ./harness/tfapply/ 2>&1 | grep -E '^(---|ok|FAIL|PASS)|apply_test.go') ||
 		die "apply against fauxqs failed"
 	log "ok: applied, consumed and destroyed in $(($(date +%s) - start)) s"
 }

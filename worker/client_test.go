@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sqsinbox/sqsinbox/internal/latency"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/latency"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
@@ -59,7 +59,7 @@ func TestPlainRequestBodies(t *testing.T) {
 	}
 }
 
-// TestConnectionsKept (the real server, behind internal/latency's proxy at no delay, which counts
+// TestConnectionsKept (the real server, behind harness/latency's proxy at no delay, which counts
 // connections): a worker on an *sqs.Client with the SDK's default HTTP client, which keeps 10
 // idle connections per host, runs 16 pollers and its deletes (more than 10 calls at once) and
 // keeps its connections: it dials no more than were open at once. With the default idle limit

@@ -136,7 +136,7 @@ func (f batchFunc) HandleBatch(ctx context.Context, b *Batch) []error {
 // fastest receive, drifting up 1% a look.
 func TestSizerFeed(t *testing.T) {
 	t.Parallel()
-	s := &sizer{w: &Worker{cfg: Config{HandlerBatch: 10, BatchSize: 10}}}
+	s := &sizer{crew: crew{handler: 10, batch: 10}}
 	s.pollers.Store(8)
 	for _, tc := range []struct {
 		name              string

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
+
+	"github.com/sqsinbox/sqsinbox/s3payload"
 )
 
 // The reserved message attributes that mark a message whose payload was offloaded (to S3, by
@@ -14,10 +17,10 @@ import (
 const (
 	// PayloadSizeAttribute is the attribute the current extended clients write, shared by the
 	// SQS and SNS ones.
-	PayloadSizeAttribute = "ExtendedPayloadSize"
+	PayloadSizeAttribute = s3payload.SizeAttribute
 	// LegacyPayloadSizeAttribute is the attribute older SQS extended clients write (the Java one
 	// still does by default).
-	LegacyPayloadSizeAttribute = "SQSLargePayloadSize"
+	LegacyPayloadSizeAttribute = s3payload.LegacySizeAttribute
 )
 
 // OffloadedSize returns the value of the message's reserved payload-size attribute
@@ -34,6 +37,17 @@ func (m *Message) OffloadedSize() (string, bool) {
 	return "", false
 }
 
+// takePayload puts a fetched payload in the place of the pointer body: the reserved size
+// attribute goes (on a copy of the attributes, which other holders may share), Offloaded says
+// where the payload came from.
+func (m *Message) takePayload(p s3payload.Payload) {
+	m.Body = p.Data
+	m.Attributes = maps.Clone(m.Attributes)
+	delete(m.Attributes, PayloadSizeAttribute)
+	delete(m.Attributes, LegacyPayloadSizeAttribute)
+	m.Offloaded = p.From
+}
+
 func derefString(p *string) string {
 	if p == nil {
 		return ""
@@ -42,17 +56,18 @@ func derefString(p *string) string {
 }
 
 // PayloadFetcher fetches the payloads of messages whose body points to a payload stored
-// elsewhere ([Message.OffloadedSize]). Package s3payload implements it for S3. The worker calls
-// Fetch on the messages a runner is about to hand to the handler, before the handler runs and
-// outside any transaction of the handler's, with a context bounded by Config.HandlerTimeout.
+// elsewhere ([Message.OffloadedSize]); *s3payload.Reader is one, for S3. The worker calls Fetch
+// with the [s3payload.Ref] of each offloaded message a runner is about to hand to the handler,
+// before the handler runs and outside any transaction of the handler's, with a context bounded by
+// Config.HandlerTimeout.
 type PayloadFetcher interface {
-	// Fetch replaces the Body (and removes the reserved size attribute) of each message of ms
-	// that points to a payload with the payload, and sets its Offloaded. errs[i] is why the i-th
-	// could not be fetched (nil when it was, or needed no fetch): that message goes the
-	// retry-then-DLQ way without reaching the handler. release frees the memory the payloads
-	// hold against the fetcher's bound; the worker calls it once, when the messages' handlers
-	// are done. errs has len(ms) entries; release is never nil.
-	Fetch(ctx context.Context, ms []*Message) (release func(), errs []error)
+	// Fetch returns the payload of each ref, payloads[i] for refs[i]: a payload with Err set
+	// is why that one could not be fetched, and its message goes the retry-then-DLQ way without
+	// reaching the handler. The worker puts each fetched payload into its message (the Body;
+	// the reserved size attribute removed; Offloaded set to From). release frees the memory the
+	// payloads hold against the fetcher's bound; the worker calls it once, when the messages'
+	// handlers are done. payloads has len(refs) entries; release is never nil.
+	Fetch(ctx context.Context, refs []s3payload.Ref) (payloads []s3payload.Payload, release func())
 }
 
 // ErrOffloadedPayload is the error of a message that points to an offloaded payload
@@ -80,15 +95,15 @@ func (e *engine) fetchPayloads(ds []*delivery) ([]*delivery, func()) {
 	if f == nil {
 		return ds, func() {}
 	}
-	var ms []*Message
+	var refs []s3payload.Ref
 	var idx []int
 	for i, d := range ds {
-		if _, ok := d.m.OffloadedSize(); ok && d.refused == nil {
-			ms = append(ms, d.m)
+		if size, ok := d.m.OffloadedSize(); ok && d.refused == nil {
+			refs = append(refs, s3payload.Ref{Body: d.m.Body, Size: size})
 			idx = append(idx, i)
 		}
 	}
-	if len(ms) == 0 {
+	if len(refs) == 0 {
 		return ds, func() {}
 	}
 	ctx, cancel := e.work, context.CancelFunc(func() {})
@@ -96,27 +111,30 @@ func (e *engine) fetchPayloads(ds []*delivery) ([]*delivery, func()) {
 		ctx, cancel = context.WithTimeout(e.work, e.cfg.HandlerTimeout)
 	}
 	start := time.Now()
-	release, errs := f.Fetch(ctx, ms)
+	payloads, release := f.Fetch(ctx, refs)
 	cancel()
 	e.metrics.Observe(PayloadFetchDuration, time.Since(start))
-	if len(errs) != len(ms) {
-		err := fmt.Errorf("worker: PayloadFetcher.Fetch returned %d results for %d messages", len(errs), len(ms))
-		errs = make([]error, len(ms))
-		for i := range errs {
-			errs[i] = err
+	if len(payloads) != len(refs) {
+		err := fmt.Errorf("worker: PayloadFetcher.Fetch returned %d results for %d messages", len(payloads), len(refs))
+		payloads = make([]s3payload.Payload, len(refs))
+		for i := range payloads {
+			payloads[i].Err = err
 		}
 	}
 	if release == nil {
 		release = func() {}
 	}
 	failed := 0
-	for j, err := range errs {
-		if err != nil {
-			ds[idx[j]].refused = fmt.Errorf("worker: fetch of the offloaded payload: %w", err)
+	for j, p := range payloads {
+		d := ds[idx[j]]
+		if p.Err != nil {
+			d.refused = fmt.Errorf("worker: fetch of the offloaded payload: %w", p.Err)
 			failed++
+			continue
 		}
+		d.m.takePayload(p)
 	}
-	e.metrics.Add(PayloadsFetched, len(ms)-failed)
+	e.metrics.Add(PayloadsFetched, len(refs)-failed)
 	if failed == 0 {
 		return ds, release
 	}

@@ -62,8 +62,19 @@ const (
 	growEvery = 50 * time.Millisecond
 )
 
+// crew is what the sizer needs of the worker: starting pollers and runners, and knowing when it
+// must start no more. The worker hands it these, not itself.
+type crew struct {
+	stopping func() bool  // true once the worker stops: it is waiting for its goroutines
+	poller   func(id int) // starts poller id, counted in the worker's wait group
+	runner   func(id int) // starts runner id, counted likewise
+	batch    int          // Config.BatchSize: messages per receive
+	handler  int          // Config.HandlerBatch: messages per handler call
+	prefetch int          // Config.Prefetch
+}
+
 type sizer struct {
-	w          *Worker
+	crew
 	auto       bool // the pollers are sized (Config.Pollers was 0)
 	autoCap    bool // the prefetch follows them (Config.Prefetch was 0)
 	minP, maxP int
@@ -94,11 +105,11 @@ type sizer struct {
 	best       float64       // the lowest handler seconds per message seen, drifting up 1% a look
 }
 
-// newSizer sizes the worker's pollers and capacity from cfg (its defaults filled in), which says
-// whether the user fixed them.
-func newSizer(w *Worker, autoPollers, autoPrefetch, autoConcurrency bool) *sizer {
-	c := &w.cfg
-	s := &sizer{w: w, auto: autoPollers, autoCap: autoPrefetch, minP: c.Pollers, maxP: c.Pollers,
+// newSizer sizes the worker's pollers and capacity from c (its defaults filled in); the auto
+// flags say which of them the user left to it. crew's sizes are taken from c.
+func newSizer(c *Config, cr crew, autoPollers, autoPrefetch, autoConcurrency bool) *sizer {
+	cr.batch, cr.handler, cr.prefetch = c.BatchSize, c.HandlerBatch, c.Prefetch
+	s := &sizer{crew: cr, auto: autoPollers, autoCap: autoPrefetch, minP: c.Pollers, maxP: c.Pollers,
 		minR: c.Concurrency, maxR: c.Concurrency, wake: make(chan struct{}), runWake: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 	if s.auto {
@@ -128,12 +139,11 @@ func (s *sizer) start(n int) {
 }
 
 func (s *sizer) startLocked(n int) {
-	if s.w.life.Stopping() {
+	if s.stopping() {
 		return // the pollers are being waited for: no new one may join
 	}
 	for ; s.started < n; s.started++ {
-		s.w.pollers.Add(1)
-		go s.w.poll(s.started)
+		s.poller(s.started)
 	}
 }
 
@@ -145,12 +155,11 @@ func (s *sizer) startRunners(n int) {
 }
 
 func (s *sizer) startRunnersLocked(n int) {
-	if s.w.life.Stopping() {
+	if s.stopping() {
 		return
 	}
 	for ; s.runStarted < n; s.runStarted++ {
-		s.w.runners.Add(1)
-		go s.w.runner(s.runStarted)
+		s.runner(s.runStarted)
 	}
 }
 
@@ -297,7 +306,7 @@ func (s *sizer) wantRunners(cur int, busy float64, msgs int, window float64, hel
 	}
 	util := busy / (window * float64(cur))
 	switch {
-	case util > 0.8 && held >= int64(s.w.cfg.HandlerBatch):
+	case util > 0.8 && held >= int64(s.handler):
 		// Busy, with work waiting: follow the gradient.
 		g := min(max(s.best/perMsg, 0.5), 1)
 		return min(max(int(float64(cur)*g+math.Sqrt(float64(cur))), s.minR), s.maxR)
@@ -334,8 +343,8 @@ func (s *sizer) roundTrip() float64 {
 // limit and the pollers may fall back towards the floor; in between they stay.
 func (s *sizer) feed(floor, runners int, calls, msgs, held int64) int {
 	cur := int(s.pollers.Load())
-	round := int64(runners * s.w.cfg.HandlerBatch)
-	full := msgs*10 >= calls*int64(s.w.cfg.BatchSize)*9
+	round := int64(runners * s.handler)
+	full := msgs*10 >= calls*int64(s.batch)*9
 	switch {
 	case full && held < round/2:
 		return max(floor, cur+1)
@@ -347,7 +356,7 @@ func (s *sizer) feed(floor, runners int, calls, msgs, held int64) int {
 
 // want is the pollers that keep R × L messages on their way, with a margin.
 func (s *sizer) want(rate, latency float64) int {
-	n := int(math.Ceil(1.3*rate*latency/float64(s.w.cfg.BatchSize))) + 1
+	n := int(math.Ceil(1.3*rate*latency/float64(s.batch))) + 1
 	return min(max(n, s.minP), s.maxP)
 }
 
@@ -368,8 +377,7 @@ func (s *sizer) resize(e *engine, want, runners int, now bool) {
 	if s.autoCap {
 		// The capacity follows the pollers and the runners; what cannot be taken back now
 		// (held by messages) is taken at later looks.
-		c := &s.w.cfg
-		target := int64(runners*c.HandlerBatch + max(c.Prefetch, cur*c.BatchSize))
+		target := int64(runners*s.handler + max(s.prefetch, cur*s.batch))
 		have := s.capacity.Load()
 		switch {
 		case target > have:

@@ -101,7 +101,11 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		life:          startstop.Base{Cause: ErrStopping, Name: "worker"},
 		receiveFailed: episodeLog{quiet: time.Minute},
 	}
-	w.size = newSizer(w, autoPollers, autoPrefetch, autoConcurrency)
+	w.size = newSizer(&w.cfg, crew{
+		stopping: w.life.Stopping,
+		poller:   func(id int) { w.pollers.Add(1); go w.poll(id) },
+		runner:   func(id int) { w.runners.Add(1); go w.runner(id) },
+	}, autoPollers, autoPrefetch, autoConcurrency)
 	w.ready = make(chan item, w.size.maxCap)
 	w.e = &engine{cfg: &w.cfg, metrics: c.Metrics, log: c.Logger, now: time.Now,
 		leaseLost: episodeLog{quiet: time.Minute}, slots: semaphore.NewWeighted(int64(w.size.maxCap))}

@@ -302,11 +302,18 @@ func (cl *classifier) classify(ctx context.Context, m types.Message) class {
 		if cl.payloads == nil {
 			bodyKnown = false
 		} else {
-			release, errs := cl.payloads.Fetch(ctx, []*worker.Message{wm})
+			size, _ := wm.OffloadedSize()
+			got, release := cl.payloads.Fetch(ctx, []s3payload.Ref{{Body: wm.Body, Size: size}})
 			defer release()
-			if len(errs) != 1 || errs[0] != nil {
-				return cl.count(classLeave, id, "offloaded: the payload could not be fetched: "+errText(errors.Join(errs...)))
+			if len(got) != 1 || got[0].Err != nil {
+				err := errors.New("no answer")
+				if len(got) == 1 {
+					err = got[0].Err
+				}
+				return cl.count(classLeave, id, "offloaded: the payload could not be fetched: "+errText(err))
 			}
+			// Keyed from the payload, as the worker keys it once fetched.
+			wm.Body = got[0].Data
 		}
 	}
 	handler, typed, why := cl.handlerOf(wm, bodyKnown)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 )
 
 // screenshotsEnv names a directory (relative to the repository's root, or absolute) that the

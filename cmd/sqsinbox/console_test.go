@@ -21,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 )
 
 // The console's tests run `sqsinbox console` in-process on a free loopback port, against the

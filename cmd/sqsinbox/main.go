@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/internal/version"
+	"github.com/sqsinbox/sqsinbox/internal/core/version"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 )
 
 // The CLI's tests run the commands in-process against a real PostgreSQL (a throwaway cluster,

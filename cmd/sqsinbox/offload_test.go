@@ -6,7 +6,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
@@ -54,12 +54,16 @@ func TestSendOffloads(t *testing.T) {
 	for _, m := range receiveAll(t, q.URL, 3) {
 		wm := &worker.Message{Body: []byte(aws.ToString(m.Body)), Attributes: m.MessageAttributes}
 		id, _ := wm.Attribute("event_id")
-		_, offloaded := wm.OffloadedSize()
-		release, errs := r.Fetch(t.Context(), []*worker.Message{wm})
-		release()
+		size, offloaded := wm.OffloadedSize()
+		body, err := wm.Body, error(nil)
+		if offloaded {
+			got, release := r.Fetch(t.Context(), []s3payload.Ref{{Body: wm.Body, Size: size}})
+			release()
+			body, err = got[0].Data, got[0].Err
+		}
 		w, ok := want[id]
-		if !ok || errs[0] != nil || string(wm.Body) != w[0] || offloaded != (w[1] != "") {
-			t.Errorf("event %q: %v, a body of %d bytes, offloaded %v; want %d bytes, %s", id, errs[0], len(wm.Body), offloaded, len(w[0]), w[1])
+		if !ok || err != nil || string(body) != w[0] || offloaded != (w[1] != "") {
+			t.Errorf("event %q: %v, a body of %d bytes, offloaded %v; want %d bytes, %s", id, err, len(body), offloaded, len(w[0]), w[1])
 		}
 		delete(want, id)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/aws/smithy-go/encoding/cbor"
 
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 )
 
 // cloudWatch stands in for CloudWatch's GetMetricData at the wire level, because no CloudWatch

@@ -20,7 +20,42 @@ import (
 )
 
 func runOutbox(ctx context.Context, e env, args []string) error {
-	var db dbFlags
+	a, err := parseOutbox(e, args)
+	if err != nil {
+		return err
+	}
+	pool, err := a.db.connect(ctx, a.timeout)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ob, err := openOutbox(ctx, pool, a.db.schema)
+	if err != nil {
+		return err
+	}
+	switch a.action {
+	case "show":
+		return showOutboxEvent(ctx, e, pool, a.db.schema, a.eventID)
+	case "list-parked":
+		return listParkedCmd(ctx, e, pool, ob, a.db.schema, a.limit)
+	}
+	return retryParked(ctx, e, pool, ob, a.db.schema, a.ids)
+}
+
+// outboxArgs is what `sqsinbox outbox` was asked: one action and its arguments, checked.
+type outboxArgs struct {
+	db      dbFlags
+	timeout time.Duration
+	action  string  // list-parked, retry or show
+	eventID string  // show's event
+	limit   int     // list-parked's --limit
+	all     bool    // retry's --all
+	ids     []int64 // retry's message ids, without repeats
+}
+
+// parseOutbox reads and checks the command line of `sqsinbox outbox`.
+func parseOutbox(e env, args []string) (*outboxArgs, error) {
+	a := &outboxArgs{}
 	fs := newFlags(e, "outbox", "outbox list-parked|retry [--all | ID...]|show EVENT_ID [flags]",
 		"  sqsinbox outbox list-parked                 # the parked messages, newest first, with their last error\n"+
 			"  sqsinbox outbox show evt_9f3k               # the event's rows: where to, added and published when, attempts\n"+
@@ -29,119 +64,139 @@ func runOutbox(ctx context.Context, e env, args []string) error {
 			"The relay parks a message after RelayConfig.MaxAttempts failed publishes; it stays in\n"+
 			"outbox_messages, unsent, until it is re-queued, and on a FIFO destination it holds back\n"+
 			"the rest of its group. retry resets its attempts, so the relay publishes it again at once.")
-	db.register(fs)
-	all := fs.Bool("all", false, "for retry: re-queue every parked message")
-	limit := fs.Int("limit", 50, "for list-parked: the most messages to list, newest parked first")
+	a.db.register(fs)
+	fs.BoolVar(&a.all, "all", false, "for retry: re-queue every parked message")
+	fs.IntVar(&a.limit, "limit", 50, "for list-parked: the most messages to list, newest parked first")
 	words, err := parse(fs, args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(words) == 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: want list-parked, retry or show", errUsage)
+		return nil, fmt.Errorf("%w: want list-parked, retry or show", errUsage)
 	}
-	action, rest := words[0], words[1:]
+	a.action, a.timeout = words[0], fs.timeout
 	limitSet := false
 	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || f.Name == "limit" })
-	var ids []int64
-	switch action {
+	return a, a.check(words[1:], limitSet)
+}
+
+// check checks the action's arguments (rest) and that its flags are its own.
+func (a *outboxArgs) check(rest []string, limitSet bool) error {
+	switch a.action {
 	case "show":
-		if len(rest) != 1 || *all || limitSet {
+		if len(rest) != 1 || a.all || limitSet {
 			return fmt.Errorf("%w: show takes one event id and no --all or --limit", errUsage)
 		}
+		a.eventID = rest[0]
 	case "list-parked":
 		switch {
 		case len(rest) > 0:
 			return fmt.Errorf("%w: list-parked takes no argument, got %q", errUsage, rest[0])
-		case *all:
+		case a.all:
 			return fmt.Errorf("%w: --all is for retry", errUsage)
-		case *limit < 1:
+		case a.limit < 1:
 			return fmt.Errorf("%w: --limit must be at least 1", errUsage)
 		}
 	case "retry":
 		if limitSet {
 			return fmt.Errorf("%w: --limit is for list-parked", errUsage)
 		}
-		for _, w := range rest {
-			id, err := strconv.ParseInt(w, 10, 64)
-			if err != nil || id < 1 {
-				return fmt.Errorf("%w: %q is not a message id (a positive number, the ID column of `sqsinbox outbox list-parked`)", errUsage, w)
-			}
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
+		ids, err := messageIDs(rest)
+		if err != nil {
+			return err
 		}
 		switch {
-		case *all && len(ids) > 0:
+		case a.all && len(ids) > 0:
 			return fmt.Errorf("%w: give either --all or message ids, not both", errUsage)
-		case !*all && len(ids) == 0:
+		case !a.all && len(ids) == 0:
 			return fmt.Errorf("%w: retry needs the ids of the messages to re-queue, or --all for every parked one", errUsage)
 		}
+		a.ids = ids
 	default:
-		return fmt.Errorf("%w: unknown action %q: want list-parked, retry or show", errUsage, action)
+		return fmt.Errorf("%w: unknown action %q: want list-parked, retry or show", errUsage, a.action)
 	}
-	pool, err := db.connect(ctx, fs.timeout)
+	return nil
+}
+
+// messageIDs reads outbox message ids (the ID column of list-parked), dropping repeats.
+func messageIDs(words []string) ([]int64, error) {
+	var ids []int64
+	for _, w := range words {
+		id, err := strconv.ParseInt(w, 10, 64)
+		if err != nil || id < 1 {
+			return nil, fmt.Errorf("%w: %q is not a message id (a positive number, the ID column of `sqsinbox outbox list-parked`)", errUsage, w)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// listParkedCmd prints up to limit parked messages, newest first, and how many more there are.
+func listParkedCmd(ctx context.Context, e env, pool *pgxpool.Pool, ob *outbox.Outbox, schema string, limit int) error {
+	st, err := ob.Stats(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	ob, err := openOutbox(ctx, pool, db.schema)
+	rows, err := listParked(ctx, pool, schema, limit)
 	if err != nil {
 		return err
 	}
-	if action == "show" {
-		return showOutboxEvent(ctx, e, pool, db.schema, rest[0])
-	}
-	if action == "list-parked" {
-		st, err := ob.Stats(ctx)
-		if err != nil {
-			return err
-		}
-		rows, err := listParked(ctx, pool, db.schema, *limit)
-		if err != nil {
-			return err
-		}
-		if len(rows) == 0 {
-			fmt.Fprintf(e.stdout, "schema %s: no parked outbox messages\n", db.schema)
-			return nil
-		}
-		if err := printParked(e.stdout, rows); err != nil {
-			return err
-		}
-		if int64(len(rows)) < st.Parked {
-			fmt.Fprintf(e.stdout, "(%d of %s shown: raise --limit for more)\n", len(rows), plural(int(st.Parked), "parked message"))
-		}
+	if len(rows) == 0 {
+		fmt.Fprintf(e.stdout, "schema %s: no parked outbox messages\n", schema)
 		return nil
 	}
-	// Which of the ids given are parked, so that the others are named rather than silently skipped.
-	var notParked []int64
-	if len(ids) > 0 {
-		var parked []int64
-		err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(id), '{}') FROM "+sqlident.Quote(db.schema, "outbox_messages")+
-			" WHERE id = ANY($1) AND parked_at IS NOT NULL AND sent_at IS NULL", ids).Scan(&parked)
-		if err != nil {
-			return fmt.Errorf("%s.outbox_messages: %w", db.schema, err)
-		}
-		for _, id := range ids {
-			if !slices.Contains(parked, id) {
-				notParked = append(notParked, id)
-			}
-		}
+	if err := printParked(e.stdout, rows); err != nil {
+		return err
+	}
+	if int64(len(rows)) < st.Parked {
+		fmt.Fprintf(e.stdout, "(%d of %s shown: raise --limit for more)\n", len(rows), plural(int(st.Parked), "parked message"))
+	}
+	return nil
+}
+
+// retryParked re-queues the parked messages ids (all of them when ids is empty) and names those
+// of ids that were not parked, rather than skip them silently.
+func retryParked(ctx context.Context, e env, pool *pgxpool.Pool, ob *outbox.Outbox, schema string, ids []int64) error {
+	notParked, err := notParked(ctx, pool, schema, ids)
+	if err != nil {
+		return err
 	}
 	n, err := ob.RetryParked(ctx, ids...)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "schema %s: outbox: re-queued %s\n", db.schema, plural(int(n), "parked message"))
-	if len(notParked) > 0 {
-		s := make([]string, len(notParked))
-		for i, id := range notParked {
-			s[i] = strconv.FormatInt(id, 10)
-		}
-		return fmt.Errorf("not re-queued: %s %s not parked in %s.outbox_messages (no such id, already sent, or not failing)",
-			strings.Join(s, ", "), map[bool]string{true: "is", false: "are"}[len(s) == 1], db.schema)
+	fmt.Fprintf(e.stdout, "schema %s: outbox: re-queued %s\n", schema, plural(int(n), "parked message"))
+	if len(notParked) == 0 {
+		return nil
 	}
-	return nil
+	s := make([]string, len(notParked))
+	for i, id := range notParked {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return fmt.Errorf("not re-queued: %s %s not parked in %s.outbox_messages (no such id, already sent, or not failing)",
+		strings.Join(s, ", "), map[bool]string{true: "is", false: "are"}[len(s) == 1], schema)
+}
+
+// notParked returns the ids of ids that are not parked messages of schema's outbox.
+func notParked(ctx context.Context, pool *pgxpool.Pool, schema string, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var parked, out []int64
+	err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(id), '{}') FROM "+sqlident.Quote(schema, "outbox_messages")+
+		" WHERE id = ANY($1) AND parked_at IS NOT NULL AND sent_at IS NULL", ids).Scan(&parked)
+	if err != nil {
+		return nil, fmt.Errorf("%s.outbox_messages: %w", schema, err)
+	}
+	for _, id := range ids {
+		if !slices.Contains(parked, id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 // errOutboxNotMigrated is openOutbox's error for a schema without the outbox's migrations.

@@ -22,7 +22,60 @@ import (
 const minOlderThan = 7 * 24 * time.Hour
 
 func runPurge(ctx context.Context, e env, args []string) error {
-	var db dbFlags
+	a, err := parsePurge(e, args)
+	if err != nil {
+		return err
+	}
+	if len(a.queues) > 0 {
+		if err := checkHorizon(ctx, e, a.timeout, a.queues, a.age, a.ageText); err != nil {
+			return err
+		}
+	}
+	pool, err := a.db.connect(ctx, a.timeout)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	p := &purgeProgress{p: newProgress(e.stderr), start: time.Now()}
+	res, err := purgeInbox(ctx, e, pool, a, p)
+	if err != nil {
+		return err
+	}
+	if a.skipKeys {
+		fmt.Fprintln(e.stdout, "idempotency keys: not purged (--skip-keys)")
+	} else if err := purgeKeys(ctx, e, pool, a, p, res.Deleted); err != nil {
+		return err
+	}
+	if a.skipOutbox {
+		fmt.Fprintln(e.stdout, "outbox: not purged (--skip-outbox)")
+		return nil
+	}
+	return purgeOutbox(ctx, e, pool, a.db.schema, a.outboxAge, a.batch)
+}
+
+// purgeArgs is what `sqsinbox purge` was asked, checked.
+type purgeArgs struct {
+	db         dbFlags
+	timeout    time.Duration
+	queues     []string      // --queue: their redelivery horizon bounds age
+	age        time.Duration // --older-than, the inbox rows'
+	ageText    string        // as given
+	keysAge    time.Duration // --keys-older-than (0: none)
+	skipKeys   bool
+	outboxAge  time.Duration // --outbox-older-than
+	skipOutbox bool
+	batch      int // --batch-size
+}
+
+// purgeFlags are the flags of `sqsinbox purge` as given, before they are checked.
+type purgeFlags struct {
+	olderThan, keysFloor, outboxOlderThan string
+	skipCheck                             bool
+}
+
+// parsePurge reads and checks the command line of `sqsinbox purge`.
+func parsePurge(e env, args []string) (*purgeArgs, error) {
+	a, f := &purgeArgs{}, &purgeFlags{}
 	fs := newFlags(e, "purge", "purge --queue QUEUE... [flags]",
 		"  sqsinbox purge --queue warehouse --queue loyalty          # rows older than 28d, if no queue redelivers later\n"+
 			"  sqsinbox purge --queue orders.fifo --older-than 30d --batch-size 5000 --schema billing_inbox\n"+
@@ -39,111 +92,113 @@ func runPurge(ctx context.Context, e env, args []string) error {
 			"so a 72-hour TTL is kept. --keys-older-than adds a floor: keys younger than it stay.\n\n"+
 			"Then the outbox's sent rows older than --outbox-older-than go (unsent and parked rows never\n"+
 			"do); a schema without the outbox says so in one line. --skip-outbox leaves them.")
-	db.register(fs)
-	olderThan := fs.String("older-than", durationText(inbox.DefaultRetention),
+	a.db.register(fs)
+	fs.StringVar(&f.olderThan, "older-than", durationText(inbox.DefaultRetention),
 		"delete inbox rows whose seen_at is older than this (28d, 672h); at least the queues' redelivery horizon and 7d")
-	var queues []string
 	fs.Func("queue", "a queue the inbox serves, by name or URL (repeatable); its redelivery horizon bounds --older-than",
 		func(q string) error {
 			if q == "" {
 				return errors.New("empty queue")
 			}
-			queues = append(queues, q)
+			a.queues = append(a.queues, q)
 			return nil
 		})
-	skipCheck := fs.Bool("skip-queue-check", false,
+	fs.BoolVar(&f.skipCheck, "skip-queue-check", false,
 		"purge without reading the queues' redelivery horizon: you vouch that --older-than outlasts every redelivery")
-	keysFloor := fs.String("keys-older-than", "",
+	fs.StringVar(&f.keysFloor, "keys-older-than", "",
 		"a floor for the idempotency keys: keep keys younger than this even if expired (at least "+hoursText(idempotency.MinTTL)+"; default none)")
-	skipKeys := fs.Bool("skip-keys", false, "do not purge the idempotency keys")
-	outboxOlderThan := fs.String("outbox-older-than", durationText(outbox.DefaultRetention),
+	fs.BoolVar(&a.skipKeys, "skip-keys", false, "do not purge the idempotency keys")
+	fs.StringVar(&f.outboxOlderThan, "outbox-older-than", durationText(outbox.DefaultRetention),
 		"delete outbox rows sent longer ago than this (7d, 168h); unsent and parked rows are never deleted")
-	skipOutbox := fs.Bool("skip-outbox", false, "do not purge the outbox's sent rows")
-	batch := fs.Int("batch-size", inbox.DefaultPurgeBatchSize, "rows (or keys) deleted per statement")
+	fs.BoolVar(&a.skipOutbox, "skip-outbox", false, "do not purge the outbox's sent rows")
+	fs.IntVar(&a.batch, "batch-size", inbox.DefaultPurgeBatchSize, "rows (or keys) deleted per statement")
 	words, err := parse(fs, args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(words) != 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
 	}
-	age, err := parseAge(*olderThan)
-	if err != nil {
+	a.timeout = fs.timeout
+	return a, a.check(f)
+}
+
+// check turns the flags as given into a's ages, and refuses what would purge too early.
+func (a *purgeArgs) check(f *purgeFlags) error {
+	var err error
+	a.ageText = f.olderThan
+	if a.age, err = parseAge(f.olderThan); err != nil {
 		return err
 	}
-	if age < minOlderThan {
-		return fmt.Errorf("%w: --older-than %s is under 7 days; the inbox must outlive every redelivery", errUsage, *olderThan)
+	if a.age < minOlderThan {
+		return fmt.Errorf("%w: --older-than %s is under 7 days; the inbox must outlive every redelivery", errUsage, f.olderThan)
 	}
-	var keysAge time.Duration
-	if *keysFloor != "" && !*skipKeys {
-		if keysAge, err = parseAge(*keysFloor); err != nil {
+	if f.keysFloor != "" && !a.skipKeys {
+		if a.keysAge, err = parseAge(f.keysFloor); err != nil {
 			return err
 		}
-		if keysAge < idempotency.MinTTL {
-			return fmt.Errorf("%w: --keys-older-than %s is under %s; clients are promised at least that long to retry", errUsage, *keysFloor, hoursText(idempotency.MinTTL))
+		if a.keysAge < idempotency.MinTTL {
+			return fmt.Errorf("%w: --keys-older-than %s is under %s; clients are promised at least that long to retry", errUsage, f.keysFloor, hoursText(idempotency.MinTTL))
 		}
 	}
-	var outboxAge time.Duration
-	if !*skipOutbox {
-		if outboxAge, err = parseAge(*outboxOlderThan); err != nil {
-			return fmt.Errorf("%w: --outbox-older-than %q is not a duration such as 7d or 168h", errUsage, *outboxOlderThan)
+	if !a.skipOutbox {
+		if a.outboxAge, err = parseAge(f.outboxOlderThan); err != nil {
+			return fmt.Errorf("%w: --outbox-older-than %q is not a duration such as 7d or 168h", errUsage, f.outboxOlderThan)
 		}
 	}
-	if *batch <= 0 {
+	if a.batch <= 0 {
 		return fmt.Errorf("%w: --batch-size must be positive", errUsage)
 	}
 	switch {
-	case len(queues) == 0 && !*skipCheck:
+	case len(a.queues) == 0 && !f.skipCheck:
 		return fmt.Errorf("%w: name the queues the inbox serves with --queue (repeatable), so that --older-than is checked "+
 			"against their redelivery horizon; or pass --skip-queue-check if you have checked it yourself", errUsage)
-	case len(queues) > 0 && *skipCheck:
+	case len(a.queues) > 0 && f.skipCheck:
 		return fmt.Errorf("%w: give either --queue or --skip-queue-check, not both", errUsage)
 	}
-	if len(queues) > 0 {
-		if err := checkHorizon(ctx, e, fs.timeout, queues, age, *olderThan); err != nil {
-			return err
-		}
-	}
-	pool, err := db.connect(ctx, fs.timeout)
+	return nil
+}
+
+// purgeProgress is the one progress line of a purge: the inbox rows and keys deleted so far.
+type purgeProgress struct {
+	p          *progress
+	start      time.Time
+	rows, keys int64
+}
+
+func (pp *purgeProgress) show() {
+	pp.p.update("purging: %d inbox rows, %d idempotency keys deleted (%.0f rows/s)",
+		pp.rows, pp.keys, float64(pp.rows+pp.keys)/time.Since(pp.start).Seconds())
+}
+
+// purgeInbox deletes the inbox rows older than a.age and prints its summary line. Each batch
+// commits on its own, so an interrupt leaves no half-done work: what was deleted is gone, the
+// rest stays for the next run.
+func purgeInbox(ctx context.Context, e env, pool *pgxpool.Pool, a *purgeArgs, pp *purgeProgress) (inbox.PurgeResult, error) {
+	ib, err := inbox.New(pool, &inbox.Config{Schema: a.db.schema, Retention: a.age, PurgeBatchSize: a.batch})
 	if err != nil {
-		return err
+		return inbox.PurgeResult{}, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	defer pool.Close()
-	ib, err := inbox.New(pool, &inbox.Config{Schema: db.schema, Retention: age, PurgeBatchSize: *batch})
+	res, err := ib.PurgeOlderThan(ctx, a.age, func(n int64) { pp.rows = n; pp.show() })
 	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return res, purgeFailed(ctx, e, pp.p, notMigrated(err, a.db.schema, "processed_messages", ""), res.Deleted, 0)
 	}
-	p := newProgress(e.stderr)
-	var rows, keys int64
+	pp.p.done()
+	summary(e.stdout, "inbox", "row", "older than", res, time.Since(pp.start))
+	return res, nil
+}
+
+// purgeKeys deletes the expired idempotency keys (those younger than a.keysAge stay) and prints
+// its summary line; rows is what the inbox's purge deleted, for the line of an interrupt.
+func purgeKeys(ctx context.Context, e env, pool *pgxpool.Pool, a *purgeArgs, pp *purgeProgress, rows int64) error {
 	start := time.Now()
-	show := func() {
-		p.update("purging: %d inbox rows, %d idempotency keys deleted (%.0f rows/s)",
-			rows, keys, float64(rows+keys)/time.Since(start).Seconds())
-	}
-	// Each batch commits on its own, so an interrupt leaves no half-done work: what was deleted is
-	// gone, the rest stays for the next run.
-	res, err := ib.PurgeOlderThan(ctx, age, func(n int64) { rows = n; show() })
+	kres, err := idempotency.PurgeExpired(ctx, pool, a.db.schema, a.keysAge, a.batch, func(n int64) { pp.keys = n; pp.show() })
 	if err != nil {
-		return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "processed_messages", ""), res.Deleted, 0)
+		return purgeFailed(ctx, e, pp.p, notMigrated(err, a.db.schema, "idempotency_keys", ", or pass --skip-keys"), rows, kres.Deleted)
 	}
-	p.done()
-	summary(e.stdout, "inbox", "row", "older than", res, time.Since(start))
-	if *skipKeys {
-		fmt.Fprintln(e.stdout, "idempotency keys: not purged (--skip-keys)")
-	} else {
-		keysStart := time.Now()
-		kres, err := idempotency.PurgeExpired(ctx, pool, db.schema, keysAge, *batch, func(n int64) { keys = n; show() })
-		if err != nil {
-			return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "idempotency_keys", ", or pass --skip-keys"), res.Deleted, kres.Deleted)
-		}
-		p.done()
-		summary(e.stdout, "idempotency keys", "key", "that expired before", kres, time.Since(keysStart))
-	}
-	if *skipOutbox {
-		fmt.Fprintln(e.stdout, "outbox: not purged (--skip-outbox)")
-		return nil
-	}
-	return purgeOutbox(ctx, e, pool, db.schema, outboxAge, *batch)
+	pp.p.done()
+	summary(e.stdout, "idempotency keys", "key", "that expired before", kres, time.Since(start))
+	return nil
 }
 
 // purgeOutbox deletes the outbox's rows sent before age, and prints its summary line. A schema

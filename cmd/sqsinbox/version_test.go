@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sqsinbox/sqsinbox/internal/version"
+	"github.com/sqsinbox/sqsinbox/internal/core/version"
 )
 
-// TestVersionIsTheRelease (no servers): `sqsinbox --version` prints the release (internal/version), and a
+// TestVersionIsTheRelease (no servers): `sqsinbox --version` prints the release (internal/core/version), and a
 // build that sets it with -ldflags -X prints that one, with the module version beside it.
 func TestVersionIsTheRelease(t *testing.T) {
 	t.Parallel()
@@ -18,7 +18,7 @@ func TestVersionIsTheRelease(t *testing.T) {
 		t.Errorf("--version printed %q; want sqsinbox %s first", r.stdout, version.Version)
 	}
 	bin := filepath.Join(t.TempDir(), "sqsinbox")
-	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/sqsinbox/sqsinbox/internal/version.Version=v9.8.7", ".")
+	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/sqsinbox/sqsinbox/internal/core/version.Version=v9.8.7", ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

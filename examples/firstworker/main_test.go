@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqsinbox/sqsinbox/internal/ecstask"
-	"github.com/sqsinbox/sqsinbox/internal/exampletest"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/ecstask"
+	"github.com/sqsinbox/sqsinbox/harness/exampletest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 

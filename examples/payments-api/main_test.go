@@ -16,10 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/harness/exampletest"
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
-	"github.com/sqsinbox/sqsinbox/internal/exampletest"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sqsinbox/sqsinbox/examples/payments/provider"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 )
 
 // TestSIGKILLAfterCharge runs the built binary, and kills it with SIGKILL right after the

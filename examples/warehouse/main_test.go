@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sqsinbox/sqsinbox/examples/warehouse/warehouse"
-	"github.com/sqsinbox/sqsinbox/internal/exampletest"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/exampletest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )

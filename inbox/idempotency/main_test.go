@@ -20,9 +20,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 )
 
 var (

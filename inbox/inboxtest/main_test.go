@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
 	"github.com/sqsinbox/sqsinbox/inbox/inboxtest"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 )
 
 // The tests use the fixture on a database of this test binary's own: pgtest creates it on the

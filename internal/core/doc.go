@@ -1,6 +1,7 @@
-// Package core is the lower layer of sqsinbox's internals: the mechanics that the public
-// packages (worker, inbox, inbox/idempotency, outbox, migrate) share. Its packages import nothing
-// of the module outside internal/core:
+// Package core is sqsinbox's private lower layer, and the only thing under internal/: the
+// mechanics that the public packages (worker, inbox, inbox/idempotency, outbox, migrate,
+// s3payload, cmd/sqsinbox) share. Its packages import nothing of the module outside
+// internal/core:
 //
 //   - logdur: durations in logs as Go duration strings ("1.5s"), whatever the log format;
 //   - panics: a recovered panic as an error with its stack (handlers, inbox functions);
@@ -10,12 +11,14 @@
 //     statement;
 //   - plainbody: plain request bodies for the AWS SDK's HTTP clients (aws-sdk-go-v2 #2737);
 //   - sqlident: validating and quoting SQL identifiers;
-//   - startstop: the start/stop life of the long-lived services (worker.Worker, outbox.Relay).
+//   - startstop: the start/stop life of the long-lived services (worker.Worker, outbox.Relay);
+//   - version: the release this tree is, printed by sqsinbox --version.
 //
-// The rest of internal/ (the test harness, the reliability suite, the development commands) is
-// the upper layer: it imports the public packages, and no public package imports it. So the
-// import graph reads top to bottom: internal/{pgtest,sqstest,reliability,cmd} → worker, inbox,
-// outbox, migrate, cmd/sqsinbox → internal/core. Within the public packages, worker (the SQS
-// side) and inbox (the PostgreSQL side) know nothing of each other, and outbox nothing of worker;
-// worker/inboxhandler joins the two. TestLayers checks all of it.
+// The test servers, the reliability suite, the benches and the development commands live in
+// harness/, above the product: the harness imports the public packages, and the public packages
+// import it only from their test files. So the top-level folders read top to bottom: harness →
+// cmd, workerapp → worker → inbox, outbox → migrate, s3payload → internal/core.
+// Within the public packages, worker (the SQS side) and inbox (the PostgreSQL side) know nothing
+// of each other, and outbox and s3payload nothing of worker; worker/inboxhandler joins the two.
+// TestLayers and TestTopLevelLayers check all of it.
 package core

@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/sqsinbox/sqsinbox/internal/extclient"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/extclient"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/s3payload"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
@@ -264,7 +264,7 @@ func TestOffloadFanOut(t *testing.T) {
 }
 
 // TestOffloadInterop (fauxqs; GoAws lacks S3): messages written by a third-party extended client
-// (internal/extclient: an npm port of AWS's extended client, which writes the pointer and
+// (harness/extclient: an npm port of AWS's extended client, which writes the pointer and
 // SQSLargePayloadSize, no event_id) are applied by our worker once each, keyed by the payload's
 // id, the objects left in place. Ours are read by theirs when written with the legacy attribute
 // name (WriterConfig.LegacyAttribute), the only one that client knows; with ExtendedPayloadSize

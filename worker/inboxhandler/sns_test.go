@@ -18,8 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/inbox"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
@@ -27,7 +27,7 @@ import (
 
 // The SNS fan-out, end to end: a topic, queues subscribed to it (raw or enveloped), a worker per
 // queue, and the inbox in PostgreSQL. They run on fauxqs, whose SNS delivers as the AWS
-// documentation says (internal/sqstest's TestSNSQuirks); on GoAws they skip (its envelopes carry
+// documentation says (harness/sqstest's TestSNSQuirks); on GoAws they skip (its envelopes carry
 // the attributes in the wrong shape), except where a test needs no topic.
 
 // snsBundle is a test's topic and its inbox, with a table fx in which every handler records

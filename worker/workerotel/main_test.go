@@ -3,9 +3,9 @@ package workerotel_test
 import (
 	"testing"
 
-	"github.com/sqsinbox/sqsinbox/internal/exampletest"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
-	"github.com/sqsinbox/sqsinbox/internal/sqstest"
+	"github.com/sqsinbox/sqsinbox/harness/exampletest"
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 )
 
 // The tests read back what the OpenTelemetry SDK recorded (its in-memory exporter and manual

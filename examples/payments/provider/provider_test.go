@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/examples/payments/provider"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
 )
 
 // The provider's tests use PostgreSQL from pgtest (a throwaway cluster, or TEST_DATABASE_URL).

@@ -15,10 +15,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency"
 	"github.com/sqsinbox/sqsinbox/inbox/idempotency/idemotel"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 )
 
 // The tests run the real middleware on a real PostgreSQL and read the spans back from the

@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
 	"github.com/sqsinbox/sqsinbox/inbox/inboxtest"
-	"github.com/sqsinbox/sqsinbox/internal/pgtest"
 )
 
 // The tests that need a database use inboxtest, on a database of this test binary's own: pgtest
