@@ -435,11 +435,6 @@ func (cl *classifier) count(c class, sample, why string) class {
 	return c
 }
 
-// total is the number of messages classified.
-func (cl *classifier) total() int {
-	return cl.counts[classMove] + cl.counts[classApplied] + cl.counts[classLeave]
-}
-
 func (cl *classifier) progress() string {
 	return fmt.Sprintf("%d to move, %d already applied, %d left", cl.counts[classMove], cl.counts[classApplied], cl.counts[classLeave])
 }

@@ -193,7 +193,7 @@ func container(v cty.Value) (Container, error) {
 
 // attr returns v's attribute name, or null when v has none.
 func attr(v cty.Value, name string) cty.Value {
-	if v.IsNull() || !v.IsKnown() || !(v.Type().IsObjectType() && v.Type().HasAttribute(name)) {
+	if v.IsNull() || !v.IsKnown() || !v.Type().IsObjectType() || !v.Type().HasAttribute(name) {
 		return cty.NullVal(cty.DynamicPseudoType)
 	}
 	return v.GetAttr(name)
