@@ -51,7 +51,7 @@ func (ib *Inbox) Stats(ctx context.Context) (Stats, error) {
 		if err != nil {
 			return err
 		}
-		st.Handlers, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (HandlerStats, error) {
+		st.Handlers, err = pgx.AppendRows([]HandlerStats(nil), rows, func(row pgx.CollectableRow) (HandlerStats, error) {
 			var h HandlerStats
 			err := row.Scan(&h.Handler, &h.Rows, &h.Oldest, &h.Newest)
 			return h, err
