@@ -12,3 +12,7 @@ func SetClock(ib *Inbox, now func() time.Time) { ib.now = now }
 func Rotate(ib *Inbox, age time.Duration) (Rotation, error) {
 	return ib.Rotate(context.Background(), age)
 }
+
+// SetKeyTimeHorizon replaces how far ahead of the clock a key's time is still a time (the keytime
+// layout; Config.Retention and a day).
+func SetKeyTimeHorizon(ib *Inbox, d time.Duration) { ib.keyTimeHorizon = d }

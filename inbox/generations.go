@@ -162,23 +162,28 @@ func claimGen(t, legacyProbe, reset string) string {
 // reads it again).
 func (ib *Inbox) generations() *genLayout { return ib.lay.Load() }
 
-// readLayout is generations for the inbox's readers (Lookup, List, Stats, Purge), which may run
-// without Check: it reads the layout first. A schema from before the layout (migration 0005) is
-// in the table layout.
-func (ib *Inbox) readLayout(ctx context.Context) *genLayout {
-	// While the legacy table is there it is read again each time (one row): another process's
-	// rotation may drop the table, and the view over both with it.
-	if l := ib.lay.Load(); !ib.layRead.Load() || (l != nil && l.legacy) {
-		if _, _, err := ib.Layout(ctx); err == nil {
-			ib.layRead.Store(true)
-		}
+// readRows runs read, a path that reads or forgets the inbox's rows (Lookup, List, Stats, Purge,
+// Rotate), in the layout this process last read (reading it first if it has not: these may run
+// without Check), and once more in the layout read again when read finds its own stale: its table
+// gone (another process switched the layout, or dropped the legacy table and the view over it,
+// since this one read it) or, for Rotate, no generations (errNoGenerations). It is the claims'
+// mechanism (layoutMoved) for every path that is not a claim, so that a process that has made no
+// claim since the switch (a console, a CLI in a loop, a worker idle at the time) answers in the
+// new layout. A schema from before the layout (migration 0005) is in the table layout.
+func (ib *Inbox) readRows(ctx context.Context, read func(l *genLayout) error) error {
+	if !ib.layRead.Load() {
+		_, _, _ = ib.Layout(ctx) // on an error, read's own names what is missing
 	}
-	return ib.lay.Load()
+	err := read(ib.lay.Load())
+	if err != nil && ib.layoutMoved(ctx, err) {
+		err = read(ib.lay.Load())
+	}
+	return err
 }
 
-// rowsTable is the quoted table of the inbox's rows in its layout.
-func (ib *Inbox) rowsTable(ctx context.Context) string {
-	if l := ib.readLayout(ctx); l != nil {
+// rowsOf is the quoted table (or view) of the inbox's rows in layout l (nil: the table layout).
+func (ib *Inbox) rowsOf(l *genLayout) string {
+	if l != nil {
 		return l.rows
 	}
 	return sqlident.Quote(ib.cfg.Schema, "processed_messages")
@@ -213,12 +218,14 @@ func (ib *Inbox) LegacyRows() bool {
 	return l != nil && l.legacy
 }
 
-// layoutMoved reports whether err is a claim's that found its table gone or closed (the inbox
-// switched to the generations layout, or its legacy table was dropped, since this process read
-// the layout), and the layout, read again, has changed: the claim can run again at once.
+// layoutMoved reports whether err is a claim's or a reader's that found its table gone or closed
+// (the inbox switched to the generations layout, or its legacy table was dropped, since this
+// process read the layout) or found no generations (errNoGenerations), and the layout, read
+// again, has changed: the claim or the read can run again at once.
 func (ib *Inbox) layoutMoved(ctx context.Context, err error) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || (pgErr.Code != "42P01" && pgErr.ConstraintName != legacyClosed) {
+	stale := errors.Is(err, errNoGenerations) || (errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.ConstraintName == legacyClosed))
+	if !stale {
 		return false
 	}
 	before := ib.lay.Load()
@@ -380,12 +387,20 @@ func (ib *Inbox) Rotate(ctx context.Context, age time.Duration) (Rotation, error
 	if age < ib.cfg.Retention {
 		return Rotation{}, fmt.Errorf("inbox: rotate age %v is shorter than the retention %v: rows still needed to catch redeliveries would go", age, ib.cfg.Retention)
 	}
-	l := ib.readLayout(ctx)
-	if l == nil {
-		return Rotation{}, fmt.Errorf("inbox: schema %q is in the table layout: it has no generations to rotate (Purge deletes its rows)", ib.cfg.Schema)
-	}
-	return ib.rotate(ctx, l, age)
+	var r Rotation
+	err := ib.readRows(ctx, func(l *genLayout) error {
+		if l == nil {
+			return fmt.Errorf("inbox: schema %q is in the table layout: %w", ib.cfg.Schema, errNoGenerations)
+		}
+		var err error
+		r, err = ib.rotate(ctx, l, age)
+		return err
+	})
+	return r, err
 }
+
+// errNoGenerations is wrapped by Rotate's refusal of the table layout.
+var errNoGenerations = errors.New("it has no generations to rotate (Purge deletes its rows)")
 
 // rotate makes the generations around now (ensure), then drops those that ended before now - age
 // - 2 × clockMargin, under an advisory lock (one process drops in a schema at a time; a rotation

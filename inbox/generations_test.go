@@ -644,6 +644,95 @@ func TestSwitchMovesAnInbox(t *testing.T) {
 	}
 }
 
+// TestReadersFollowTheSwitch (PostgreSQL): processes that read the table layout (Check) and made
+// no claim since another process switched the schema to generations (with SwitchToGenerations, as
+// `sqsinbox inbox layout generations` does) answer Lookup, List, Stats, Purge and Rotate in the
+// new layout, each path in a process of its own; and one that knew the legacy table answers
+// Lookup, List and Stats after another process's purge dropped it.
+func TestReadersFollowTheSwitch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, &inbox.Config{Retention: time.Hour})
+	for _, k := range []string{"evt_old", "evt_before"} {
+		if out, err := b.ib.Run(ctx, "warehouse", k, b.genEffect("warehouse", k)); out != inbox.Processed || err != nil {
+			t.Fatal(out, err)
+		}
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.processed_messages SET seen_at = now() - interval '2 hours' WHERE event_id = 'evt_old'`); err != nil {
+		t.Fatal(err)
+	}
+	idle := map[string]*inbox.Inbox{}
+	for _, path := range []string{"Lookup", "List", "Stats", "Purge", "Rotate"} {
+		ib, err := inbox.New(newPool(t, 2), &inbox.Config{Schema: b.schema, Retention: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ib.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if kind, _, _ := ib.Layout(ctx); kind != inbox.LayoutTable {
+			t.Fatalf("%s's process reads the %s layout before the switch; want table", path, kind)
+		}
+		idle[path] = ib
+	}
+	if err := inbox.SwitchToGenerations(ctx, b.pool, b.schema, time.Hour); err != nil {
+		t.Fatalf("switch: %v", err)
+	}
+	if out, err := b.ib.Run(ctx, "warehouse", "evt_after", b.genEffect("warehouse", "evt_after")); out != inbox.Processed || err != nil {
+		t.Fatalf("a claim after the switch = %v, %v", out, err) // this process reads the layout at its claim
+	}
+	keys := func(evs []inbox.ProcessedEvent) []string {
+		var out []string
+		for _, e := range evs {
+			out = append(out, e.EventID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	all := []string{"evt_after", "evt_before", "evt_old"}
+	readers := func(name string, ib *inbox.Inbox, want []string) {
+		t.Helper()
+		for _, k := range want {
+			if got, err := ib.Lookup(ctx, k); err != nil || len(got) != 1 {
+				t.Errorf("%s: Lookup(%s) = %+v, %v; want one row", name, k, got, err)
+			}
+		}
+		if got, _, err := ib.List(ctx, inbox.ListOptions{Handler: "warehouse"}); err != nil || !slices.Equal(keys(got), want) {
+			t.Errorf("%s: List = %v, %v; want %v", name, keys(got), err, want)
+		}
+		if st, err := ib.Stats(ctx); err != nil || len(st.Handlers) != 1 || st.Handlers[0].Rows != int64(len(want)) {
+			t.Errorf("%s: Stats = %+v, %v; want warehouse with %d rows", name, st.Handlers, err, len(want))
+		}
+	}
+	if got, err := idle["Lookup"].Lookup(ctx, "evt_after"); err != nil || len(got) != 1 {
+		t.Errorf("Lookup of a key claimed after the switch, by a process idle at it = %+v, %v; want one row", got, err)
+	}
+	if got, _, err := idle["List"].List(ctx, inbox.ListOptions{Handler: "warehouse"}); err != nil || !slices.Equal(keys(got), all) {
+		t.Errorf("List by a process idle at the switch = %v, %v; want %v", keys(got), err, all)
+	}
+	if st, err := idle["Stats"].Stats(ctx); err != nil || len(st.Handlers) != 1 || st.Handlers[0].Rows != 3 {
+		t.Errorf("Stats by a process idle at the switch = %+v, %v; want warehouse with 3 rows", st.Handlers, err)
+	}
+	readers("a process that read the layout with its Lookup", idle["Lookup"], all)
+	// The purge in the generations layout: a rotation, which deletes the legacy row past the
+	// retention (the table layout's purge would find processed_messages gone).
+	if res, err := idle["Purge"].Purge(ctx); err != nil || res.Deleted != 1 {
+		t.Errorf("Purge by a process idle at the switch = %+v, %v; want the old legacy row deleted", res, err)
+	}
+	if r, err := idle["Rotate"].Rotate(ctx, time.Hour); err != nil || r.Horizon.IsZero() {
+		t.Errorf("Rotate by a process idle at the switch = %+v, %v; want a rotation", r, err)
+	}
+	// The Lookup process knew the legacy table, and the view over both tables, which the purge
+	// has not dropped (evt_before is in it, younger than the retention); now it goes.
+	if _, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.processed_messages_legacy SET seen_at = now() - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := idle["Rotate"].Rotate(ctx, time.Hour); err != nil || !r.LegacyDropped {
+		t.Fatalf("Rotate = %+v, %v; want the legacy table dropped", r, err)
+	}
+	readers("a process that knew the legacy table, after its drop", idle["Lookup"], []string{"evt_after"})
+}
+
 // TestGenerationsHandlerSettings (PostgreSQL): the claim's settings (lock_timeout, and the planner
 // settings of the generations' probe) are set back before the handler's statements, in Run,
 // RunBatch and RunTx, as the table layout does.

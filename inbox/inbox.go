@@ -103,6 +103,9 @@ type Inbox struct {
 	lay      atomic.Pointer[genLayout] // the generations layout, or nil (generations.go)
 	layRead  atomic.Bool               // the layout has been read
 	now      func() time.Time          // the clock of the generations; tests move it
+	// keyTimeHorizon is how far ahead of now a key's time is still a time, in the keytime
+	// layout (keytime.go); tests shorten it to show what a wrong one breaks.
+	keyTimeHorizon time.Duration
 }
 
 type statements struct {
@@ -143,10 +146,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		return nil, err
 	}
 	return &Inbox{
-		pool:     pool,
-		cfg:      c,
-		migrator: mg,
-		now:      time.Now,
+		pool:           pool,
+		cfg:            c,
+		migrator:       mg,
+		now:            time.Now,
+		keyTimeHorizon: keyTimeHorizon(c.Retention),
 		sql: statements{
 			claim: "INSERT INTO " + sqlident.Quote(c.Schema, "processed_messages") +
 				" (handler, event_id, " + deliveryColumns + ") VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -27,16 +28,35 @@ import (
 // claim of a process whose clock is a little ahead may have found gen(T) already too old to route
 // to, and recorded the key only in its current generation. A key whose generation is older than
 // the live ones, or than the switch, is not routed at all; one whose time is more than the clocks'
-// margin ahead of this process's clock is refused (ErrKeyTimeAhead) until it is not.
+// margin ahead of this process's clock is refused (ErrKeyTimeAhead) until it is not, up to the
+// horizon (the retention and a day ahead): beyond it, the key carries no time (routeKey says why).
 
 // LayoutKeyTime is processed_events routed by the keys' time (SwitchToKeyTime).
 const LayoutKeyTime = "keytime"
 
 // ErrKeyTimeAhead is wrapped by the error of a claim, in the keytime layout, of a key whose time is
-// more than the clocks' margin (5 minutes) ahead of the claiming process's clock: its generation
-// may not be made yet. The claim applies nothing; the event is retried, and succeeds once the
-// clock has caught up (or goes to the dead-letter queue, if the producer's clock is far ahead).
+// more than the clocks' margin (5 minutes) ahead of the claiming process's clock, and no more than
+// Config.Retention and a day ahead: its generation may not be made yet, and a claim of it now
+// that took it for a key without a time could be followed, within the retention, by one that
+// routes it and does not see the first. The claim applies nothing; the event is retried, and
+// succeeds once the clock has caught up (or goes to the dead-letter queue, if the producer's clock
+// is that far ahead). A key further ahead (an ordinary id that happens to spell a ULID of a far
+// year, or a producer's clock far off) is claimed as a key without a time.
 var ErrKeyTimeAhead = fmt.Errorf("inbox: the key's time is more than %v ahead of this clock", clockMargin)
+
+// keyTimeSlack is how far past the retention the key-time horizon lies (Inbox.keyTimeHorizon):
+// far beyond any clock skew, so that a key classified as without a time is one no claim within
+// the retention can route.
+const keyTimeSlack = 24 * time.Hour
+
+// keyTimeHorizon is how far ahead of the clock a key's time may be and still be a time, for an
+// inbox of retention r: r + keyTimeSlack, at most the longest Duration.
+func keyTimeHorizon(r time.Duration) time.Duration {
+	if r > math.MaxInt64-keyTimeSlack {
+		return math.MaxInt64
+	}
+	return r + keyTimeSlack
+}
 
 // KeyTime returns the time a key carries: a UUIDv7 in its canonical form (36 characters, any case)
 // or a ULID (26 characters of Crockford's base32, any case), to the millisecond. ok is false for
@@ -98,14 +118,31 @@ type route struct {
 	fast bool
 }
 
-// routeKey routes key for a claim at now, in layout l (keytime), or refuses a key too far ahead.
-func (l *genLayout) routeKey(key string, now time.Time) (route, error) {
+// routeKey routes key for a claim at now, in layout l (keytime), or refuses a key too far ahead:
+// one whose time is more than clockMargin ahead of now and no more than horizon (keyTimeHorizon of
+// the retention R). A key further ahead carries no time, as one that does not parse: it is
+// claimed as in the generations layout, inserted into the current generation if no live one
+// holds it, under the key's advisory lock.
+//
+// That classification changes as the clock moves, but never from no time to routed within R, so
+// every claim of a key within R of another looks where that one could have put it. A routed
+// claim (fast, or late) needs the key's time at most clockMargin ahead of its clock. A claim that
+// took the key for one without a time found it more than horizon = R + a day ahead of its own
+// clock, which is at most clockMargin from the other's: a routed claim of it comes more than
+// R + a day - 2 × clockMargin after, past the redelivery horizon the retention covers, where no
+// layout promises to see the first claim. A claim in between (more than clockMargin and no more
+// than horizon ahead) is refused and applies nothing, so it needs to see nothing. A late routed
+// claim probes the live generations, as one of a key without a time does; only a fast claim
+// probes nothing, and a fast claim is routed. The other way round, a key routed first is never
+// taken for one without a time later: its time only falls behind the clock.
+func (l *genLayout) routeKey(key string, now time.Time, horizon time.Duration) (route, error) {
 	t, ok := KeyTime(key)
-	if !ok {
+	if !ok || t.Sub(now) > horizon {
 		return route{}, nil
 	}
-	if t.After(now.Add(clockMargin)) {
-		return route{}, fmt.Errorf("%w: key %q carries %s, %v ahead", ErrKeyTimeAhead, key, t.UTC().Format(time.RFC3339Nano), t.Sub(now).Round(time.Millisecond))
+	if ahead := t.Sub(now); ahead > clockMargin {
+		return route{}, fmt.Errorf("%w: key %q carries %s, %s ahead (a key up to %s ahead is refused until the clock catches up; one further ahead is claimed as a key without a time)",
+			ErrKeyTimeAhead, key, t.UTC().Format(time.RFC3339Nano), aheadText(ahead), aheadText(horizon))
 	}
 	g := l.gen(t)
 	switch {
@@ -115,6 +152,14 @@ func (l *genLayout) routeKey(key string, now time.Time) (route, error) {
 		return route{gen: pgtype.Int4{Int32: g, Valid: true}}, nil
 	}
 	return route{}, nil
+}
+
+// aheadText shows how far ahead a key's time is: in days from two days on, else to the second.
+func aheadText(d time.Duration) string {
+	if d >= 48*time.Hour {
+		return fmt.Sprintf("%.1f days", d.Hours()/24)
+	}
+	return d.Round(time.Second).String()
 }
 
 // oldestRouted is the oldest generation a claim at now routes a key to. A fast claim (of a
@@ -129,7 +174,7 @@ func (l *genLayout) oldestRouted(now time.Time) int32 {
 // claim, so that it fails alone.
 func (ib *Inbox) checkKeyTime(key string) error {
 	if l := ib.generations(); l != nil && l.keyTime {
-		_, err := l.routeKey(key, ib.now())
+		_, err := l.routeKey(key, ib.now(), ib.keyTimeHorizon)
 		return err
 	}
 	return nil
@@ -172,7 +217,7 @@ func (ib *Inbox) genClaimFor(l *genLayout, tx bool, handlers, keys []string, src
 	gens, fast := make([]pgtype.Int4, len(keys)), make([]bool, len(keys))
 	var lockH, lockK []string
 	for i, k := range keys {
-		r, err := l.routeKey(k, now)
+		r, err := l.routeKey(k, now, ib.keyTimeHorizon)
 		if err != nil {
 			return genClaim{}, err
 		}

@@ -1,9 +1,11 @@
 package inbox_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,16 +39,34 @@ func ulid(at time.Time, n int) string {
 	return string(b)
 }
 
+// keyTimes are keys and the times they carry: RFC 9562's example UUIDv7 and the ULID spec's
+// example, in either case.
+var keyTimes = map[string]time.Time{
+	"017F22E2-79B0-7CC3-98C4-DC0C0C07398F": time.Date(2022, 2, 22, 19, 22, 22, 0, time.UTC),
+	"017f22e2-79b0-7cc3-98c4-dc0c0c07398f": time.Date(2022, 2, 22, 19, 22, 22, 0, time.UTC),
+	"01ARZ3NDEKTSV4RRFFQ69G5FAV":           time.UnixMilli(1469922850259),
+	"01arz3ndektsv4rrffq69g5fav":           time.UnixMilli(1469922850259),
+}
+
+// noKeyTimes are keys that carry no time.
+var noKeyTimes = []string{
+	"f47ac10b-58cc-4372-a567-0e02b2c3d479", // version 4
+	"017f22e2-79b0-7cc3-c8c4-dc0c0c07398f", // variant
+	"017f22e2-79b0-7cc3-98c4-dc0c0c07398g", // not hex
+	"017f22e279b07cc398c4dc0c0c07398f",     // no dashes
+	"017f22e2-79b0-7cc3-98c4_dc0c0c07398f", // a dash missing
+	"01ARZ3NDEKTSV4RRFFQ69G5FAU",           // U is not Crockford's
+	"01ARZ3NDEKTSV4RRFFQ69G5FAI",           // nor I
+	"81ARZ3NDEKTSV4RRFFQ69G5FAV",           // more than 128 bits
+	"01ARZ3NDEKTSV4RRFFQ69G5FA",            // 25 characters
+	"evt_1", "", "order-9f3k/ship",
+}
+
 // TestKeyTime (no server): the time of a UUIDv7 (RFC 9562's example, and keys made here) and of
 // a ULID (the spec's example), in either case; any other key carries none.
 func TestKeyTime(t *testing.T) {
 	t.Parallel()
-	for key, want := range map[string]time.Time{
-		"017F22E2-79B0-7CC3-98C4-DC0C0C07398F": time.Date(2022, 2, 22, 19, 22, 22, 0, time.UTC),
-		"017f22e2-79b0-7cc3-98c4-dc0c0c07398f": time.Date(2022, 2, 22, 19, 22, 22, 0, time.UTC),
-		"01ARZ3NDEKTSV4RRFFQ69G5FAV":           time.UnixMilli(1469922850259),
-		"01arz3ndektsv4rrffq69g5fav":           time.UnixMilli(1469922850259),
-	} {
+	for key, want := range keyTimes {
 		if got, ok := inbox.KeyTime(key); !ok || !got.Equal(want) {
 			t.Errorf("KeyTime(%s) = %v, %v; want %v", key, got, ok, want)
 		}
@@ -58,22 +78,49 @@ func TestKeyTime(t *testing.T) {
 			}
 		}
 	}
-	for _, key := range []string{
-		"f47ac10b-58cc-4372-a567-0e02b2c3d479", // version 4
-		"017f22e2-79b0-7cc3-c8c4-dc0c0c07398f", // variant
-		"017f22e2-79b0-7cc3-98c4-dc0c0c07398g", // not hex
-		"017f22e279b07cc398c4dc0c0c07398f",     // no dashes
-		"017f22e2-79b0-7cc3-98c4_dc0c0c07398f", // a dash missing
-		"01ARZ3NDEKTSV4RRFFQ69G5FAU",           // U is not Crockford's
-		"01ARZ3NDEKTSV4RRFFQ69G5FAI",           // nor I
-		"81ARZ3NDEKTSV4RRFFQ69G5FAV",           // more than 128 bits
-		"01ARZ3NDEKTSV4RRFFQ69G5FA",            // 25 characters
-		"evt_1", "", "order-9f3k/ship",
-	} {
+	for _, key := range noKeyTimes {
 		if got, ok := inbox.KeyTime(key); ok {
 			t.Errorf("KeyTime(%q) = %v; want none", key, got)
 		}
 	}
+}
+
+// FuzzKeyTime (no server): KeyTime never panics; a key it reads a time from is a UUIDv7 or a
+// ULID, of a time within 48 bits of milliseconds, which the key spells (made again from the
+// time, its leading characters are the key's), whatever the key's case.
+func FuzzKeyTime(f *testing.F) {
+	for k := range keyTimes {
+		f.Add(k)
+	}
+	for _, k := range append(noKeyTimes, ordinaryID) {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		at, ok := inbox.KeyTime(key)
+		if !ok {
+			return
+		}
+		if ms := at.UnixMilli(); ms < 0 || ms >= 1<<48 {
+			t.Fatalf("KeyTime(%q) = %v: outside 48 bits of milliseconds", key, at)
+		}
+		switch len(key) {
+		case 36:
+			if want := v7(at, 0)[:13]; !strings.EqualFold(key[:13], want) {
+				t.Fatalf("KeyTime(%q) = %v, which a UUIDv7 spells %s", key, at, want)
+			}
+		case 26:
+			if want := ulid(at, 0)[:10]; !strings.EqualFold(key[:10], want) {
+				t.Fatalf("KeyTime(%q) = %v, which a ULID spells %s", key, at, want)
+			}
+		default:
+			t.Fatalf("KeyTime(%q) = %v for a key of %d characters", key, at, len(key))
+		}
+		for _, k := range []string{strings.ToUpper(key), strings.ToLower(key)} {
+			if again, ok := inbox.KeyTime(k); !ok || !again.Equal(at) {
+				t.Fatalf("KeyTime(%q) = %v, %v; KeyTime(%q) = %v", k, again, ok, key, at)
+			}
+		}
+	})
 }
 
 func ktSetup(t *testing.T, cfg *inbox.Config) *genBundle {
@@ -327,4 +374,152 @@ func TestKeyTimeOneEffect(t *testing.T) {
 		t.Errorf("%d claims processed; want %d", p, len(keys))
 	}
 	t.Logf("rows: %d for %d keys", g.count(t, `SELECT count(*) FROM `+g.schema+`.processed_events`), len(keys))
+}
+
+// ordinaryID is a 26-character lowercase id of the kind many systems make: it happens to spell a
+// ULID (Crockford's characters, the first from 0 to 7) of a time in the year 6415.
+const ordinaryID = "3zk8h2m9q4x7c1v5b6n0p2r8t4"
+
+// TestKeyTimeFarAhead (PostgreSQL): in the keytime layout an ordinary id that spells a ULID of a
+// far year is claimed as a key without a time (in the current generation) by Run, RunBatch and
+// RunTx, once; a key whose time is a minute past the horizon (the retention and a day ahead) is
+// too; one a minute inside it is refused with ErrKeyTimeAhead, with an error that says how far
+// ahead it is in days or hours, not an overflowed duration.
+func TestKeyTimeFarAhead(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	if at, ok := inbox.KeyTime(ordinaryID); !ok || at.Year() < 5000 {
+		t.Fatalf("KeyTime(%s) = %v, %v; want a time in a far year (the test needs one)", ordinaryID, at, ok)
+	}
+	g := ktSetup(t, &inbox.Config{Retention: time.Hour})
+	other := g.newInbox(t)
+	now := g.clock.now()
+	if out, err := g.ib.Run(ctx, "warehouse", ordinaryID, g.effect("warehouse", ordinaryID)); out != inbox.Processed || err != nil {
+		t.Fatalf("Run of %s = %v, %v; want processed", ordinaryID, out, err)
+	}
+	if got := g.gensOf(t, ordinaryID); !slices.Equal(got, []int32{genOf(now)}) {
+		t.Errorf("%s is in generations %v; want the current one, %d", ordinaryID, got, genOf(now))
+	}
+	if out, err := other.Run(ctx, "warehouse", ordinaryID, g.effect("warehouse", ordinaryID)); out != inbox.Duplicate || err != nil {
+		t.Errorf("Run of %s again = %v, %v; want a duplicate", ordinaryID, out, err)
+	}
+	res, _ := other.RunBatch(ctx, []inbox.Item{{Handler: "warehouse", Key: ordinaryID, Fn: g.effect("warehouse", ordinaryID)}}, nil)
+	if res[0].Outcome != inbox.Duplicate || res[0].Err != nil {
+		t.Errorf("RunBatch of %s = %v, %v; want a duplicate", ordinaryID, res[0].Outcome, res[0].Err)
+	}
+	tx := mustBegin(t, g.bundle)
+	if out, err := other.RunTx(ctx, tx, "warehouse", ordinaryID, g.effect("warehouse", ordinaryID)); out != inbox.Duplicate || err != nil {
+		t.Errorf("RunTx of %s = %v, %v; want a duplicate", ordinaryID, out, err)
+	}
+	_ = tx.Rollback(ctx)
+	if n := g.effects(t, "warehouse", ordinaryID); n != 1 {
+		t.Errorf("%s has %d effects; want 1", ordinaryID, n)
+	}
+
+	horizon := time.Hour + 24*time.Hour
+	past, inside := v7(now.Add(horizon+time.Minute), 1), v7(now.Add(horizon-time.Minute), 2)
+	res, _ = g.ib.RunBatch(ctx, []inbox.Item{{Handler: "warehouse", Key: past, Fn: g.effect("warehouse", past)}}, nil)
+	if res[0].Outcome != inbox.Processed || res[0].Err != nil {
+		t.Errorf("RunBatch of a key a minute past the horizon = %v, %v; want processed", res[0].Outcome, res[0].Err)
+	}
+	if got := g.gensOf(t, past); !slices.Equal(got, []int32{genOf(now)}) {
+		t.Errorf("the key past the horizon is in generations %v; want the current one, %d", got, genOf(now))
+	}
+	_, err := g.ib.Run(ctx, "warehouse", inside, g.effect("warehouse", inside))
+	if !errors.Is(err, inbox.ErrKeyTimeAhead) {
+		t.Fatalf("Run of a key a minute inside the horizon: %v; want ErrKeyTimeAhead", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "24h59m0s ahead") || !strings.Contains(msg, "up to 25h0m0s ahead") {
+		t.Errorf("the refusal says %q; want how far ahead the key is (24h59m0s) and the horizon (25h0m0s)", msg)
+	}
+	if n := g.effects(t, "warehouse", inside) + len(g.gensOf(t, inside)); n != 0 {
+		t.Errorf("the refused key left %d effects and rows; want none", n)
+	}
+}
+
+// TestKeyTimeFarAheadOneEffect (PostgreSQL): a key whose time is a minute past the horizon is
+// claimed by 3 processes whose clocks disagree by up to 4 minutes (Run, RunBatch and RunTx), at
+// every 2 minutes of the clock for the retention (20 minutes; the generations rotated as they
+// go). Each process takes it for a key without a time while it is past its horizon, then refuses
+// it: it is applied once. The negative controls run the same claims with a horizon that breaks
+// the bound (the clocks' margin, so that no key is refused: a process whose clock is 2 minutes
+// ahead routes it while another takes it for one without a time; and 10 minutes, less than the
+// retention: a process routes it 6 minutes after another took it for one without a time), and
+// the key is applied twice: the test catches a wrong horizon.
+func TestKeyTimeFarAheadOneEffect(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		horizon time.Duration // 0: the inbox's own
+		want    func(int) bool
+	}{
+		{"the inbox's horizon", 0, func(n int) bool { return n == 1 }},
+		{"negative control: the clocks' margin", 5 * time.Minute, func(n int) bool { return n > 1 }},
+		{"negative control: less than the retention", 10 * time.Minute, func(n int) bool { return n > 1 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if n := farAheadEffects(t, c.horizon); !c.want(n) {
+				t.Errorf("the key was applied %d times", n)
+			}
+		})
+	}
+}
+
+// farAheadEffects runs TestKeyTimeFarAheadOneEffect's claims with horizon (0: the inbox's own)
+// and returns how many times the key was applied.
+func farAheadEffects(t *testing.T, horizon time.Duration) int {
+	t.Helper()
+	ctx := t.Context()
+	const retention = 20 * time.Minute
+	g := ktSetup(t, &inbox.Config{Retention: retention})
+	h := cmp.Or(horizon, retention+24*time.Hour)
+	key := ulid(g.clock.now().Add(h+time.Minute), 1)
+	skews := []time.Duration{0, 2 * time.Minute, -2 * time.Minute}
+	var ibs []*inbox.Inbox
+	for _, skew := range skews {
+		ib := g.newInbox(t)
+		inbox.SetClock(ib, func() time.Time { return g.clock.now().Add(skew) })
+		if horizon != 0 {
+			inbox.SetKeyTimeHorizon(ib, horizon)
+		}
+		ibs = append(ibs, ib)
+	}
+	tolerated := func(err error) bool {
+		return err == nil || errors.Is(err, inbox.ErrKeyTimeAhead) || errors.Is(err, inbox.ErrClaimBlocked)
+	}
+	var keyless, refused int
+	for at := time.Duration(0); at <= retention; at += 2 * time.Minute {
+		for w, ib := range ibs {
+			var err error
+			switch w {
+			case 0:
+				_, err = ib.Run(ctx, "warehouse", key, g.effect("warehouse", key))
+			case 1:
+				res, _ := ib.RunBatch(ctx, []inbox.Item{{Handler: "warehouse", Key: key, Fn: g.effect("warehouse", key)}}, nil)
+				err = res[0].Err
+			case 2:
+				tx := mustBegin(t, g.bundle)
+				var out inbox.Outcome
+				if out, err = ib.RunTx(ctx, tx, "warehouse", key, g.effect("warehouse", key)); out == inbox.Processed {
+					err = tx.Commit(ctx)
+				}
+				_ = tx.Rollback(ctx)
+			}
+			if !tolerated(err) {
+				t.Fatalf("at +%v, process %d: %v", at, w, err)
+			}
+			if errors.Is(err, inbox.ErrKeyTimeAhead) {
+				refused++
+			} else if err == nil && at+skews[w] < time.Minute {
+				keyless++
+			}
+		}
+		g.step(t)
+		g.step(t)
+	}
+	if horizon == 0 && (keyless == 0 || refused == 0) {
+		t.Errorf("%d claims took the key for one without a time and %d refused it; want some of each", keyless, refused)
+	}
+	return g.effects(t, "warehouse", key)
 }

@@ -59,7 +59,20 @@ func (ib *Inbox) Lookup(ctx context.Context, key string) ([]ProcessedEvent, erro
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	t := ib.rowsTable(ctx)
+	var out []ProcessedEvent
+	err := ib.readRows(ctx, func(l *genLayout) error {
+		var err error
+		out, err = ib.lookup(ctx, ib.rowsOf(l), key)
+		return err
+	})
+	if err != nil {
+		return nil, lookupError(ib.cfg.Schema, err)
+	}
+	return out, nil
+}
+
+// lookup is Lookup's read of t, the table of the inbox's rows.
+func (ib *Inbox) lookup(ctx context.Context, t, key string) ([]ProcessedEvent, error) {
 	// The handler names, each found by one index probe past the last (a loose index scan), and
 	// the event's row under each (one: in the keytime layout a late claim records its key twice,
 	// at once, and the two rows say the same).
@@ -72,13 +85,9 @@ SELECT DISTINCT ON (p.handler) ` + eventColumns + ` FROM h JOIN ` + t + ` p ON p
 LEFT JOIN ` + sqlident.Quote(ib.cfg.Schema, "inbox_sources") + ` src ON src.id = p.source ORDER BY p.handler`
 	rows, err := ib.pool.Query(ctx, q, key)
 	if err != nil {
-		return nil, lookupError(ib.cfg.Schema, err)
+		return nil, err
 	}
-	out, err := scanEvents(rows)
-	if err != nil {
-		return nil, lookupError(ib.cfg.Schema, err)
-	}
-	return out, nil
+	return scanEvents(rows)
 }
 
 // ListOptions selects the rows [Inbox.List] returns.
@@ -120,16 +129,20 @@ func (ib *Inbox) List(ctx context.Context, o ListOptions) ([]ProcessedEvent, str
 		afterAt, afterID = &c.At, c.ID
 	}
 	since, until := nullTime(o.Since), nullTime(o.Until)
-	q := `SELECT ` + eventColumns + ` FROM ` + ib.rowsTable(ctx) + ` p
+	var out []ProcessedEvent
+	err := ib.readRows(ctx, func(l *genLayout) error {
+		q := `SELECT ` + eventColumns + ` FROM ` + ib.rowsOf(l) + ` p
 LEFT JOIN ` + sqlident.Quote(ib.cfg.Schema, "inbox_sources") + ` src ON src.id = p.source
 WHERE p.handler = $1 AND ($2::timestamptz IS NULL OR p.seen_at >= $2) AND ($3::timestamptz IS NULL OR p.seen_at < $3)
   AND ($4::timestamptz IS NULL OR (p.seen_at, p.event_id) > ($4, $5))
 ORDER BY p.seen_at, p.event_id LIMIT $6`
-	rows, err := ib.pool.Query(ctx, q, o.Handler, since, until, afterAt, afterID, limit+1)
-	if err != nil {
-		return nil, "", lookupError(ib.cfg.Schema, err)
-	}
-	out, err := scanEvents(rows)
+		rows, err := ib.pool.Query(ctx, q, o.Handler, since, until, afterAt, afterID, limit+1)
+		if err != nil {
+			return err
+		}
+		out, err = scanEvents(rows)
+		return err
+	})
 	if err != nil {
 		return nil, "", lookupError(ib.cfg.Schema, err)
 	}

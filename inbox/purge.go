@@ -29,20 +29,27 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 	if age < ib.cfg.Retention {
 		return PurgeResult{}, fmt.Errorf("inbox: purge age %v is shorter than the retention %v: rows still needed to catch redeliveries would go", age, ib.cfg.Retention)
 	}
-	if l := ib.readLayout(ctx); l != nil {
-		// The generations layout forgets whole generations (generations.go).
-		r, err := ib.rotate(ctx, l, age)
-		return PurgeResult{Deleted: r.Rows, Batches: len(r.Dropped), Horizon: r.Horizon, Skipped: r.Skipped}, err
-	}
-	return pgpurge.Run(ctx, ib.pool, pgpurge.Target{
-		Schema:    ib.cfg.Schema,
-		Table:     "processed_messages",
-		Column:    "seen_at",
-		Retention: age,
-		BatchSize: ib.cfg.PurgeBatchSize,
-		LockKey:   "sqsinbox.purge." + ib.cfg.Schema + ".processed_messages",
-		OnBatch:   progress,
+	var res PurgeResult
+	err := ib.readRows(ctx, func(l *genLayout) error {
+		if l != nil {
+			// The generations layout forgets whole generations (generations.go).
+			r, err := ib.rotate(ctx, l, age)
+			res = PurgeResult{Deleted: r.Rows, Batches: len(r.Dropped), Horizon: r.Horizon, Skipped: r.Skipped}
+			return err
+		}
+		var err error
+		res, err = pgpurge.Run(ctx, ib.pool, pgpurge.Target{
+			Schema:    ib.cfg.Schema,
+			Table:     "processed_messages",
+			Column:    "seen_at",
+			Retention: age,
+			BatchSize: ib.cfg.PurgeBatchSize,
+			LockKey:   "sqsinbox.purge." + ib.cfg.Schema + ".processed_messages",
+			OnBatch:   progress,
+		})
+		return err
 	})
+	return res, err
 }
 
 // PurgeLoop runs [Inbox.Purge] now and then every Config.PurgeInterval until ctx ends, logging

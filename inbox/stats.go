@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -41,23 +42,23 @@ func (ib *Inbox) Stats(ctx context.Context) (Stats, error) {
 		return st, fmt.Errorf("inbox: stats: %w", err)
 	}
 	st.PurgeHorizon = st.Now.Add(-ib.cfg.Retention)
-	q := ib.sql.stats
-	if l := ib.readLayout(ctx); l != nil {
-		q = l.stats
-	}
-	rows, err := ib.pool.Query(ctx, q)
-	if err != nil {
-		return st, statsError(ib.cfg.Schema, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var h HandlerStats
-		if err := rows.Scan(&h.Handler, &h.Rows, &h.Oldest, &h.Newest); err != nil {
-			return st, fmt.Errorf("inbox: stats: %w", err)
+	err := ib.readRows(ctx, func(l *genLayout) error {
+		q := ib.sql.stats
+		if l != nil {
+			q = l.stats
 		}
-		st.Handlers = append(st.Handlers, h)
-	}
-	if err := rows.Err(); err != nil {
+		rows, err := ib.pool.Query(ctx, q)
+		if err != nil {
+			return err
+		}
+		st.Handlers, err = pgx.AppendRows([]HandlerStats(nil), rows, func(row pgx.CollectableRow) (HandlerStats, error) {
+			var h HandlerStats
+			err := row.Scan(&h.Handler, &h.Rows, &h.Oldest, &h.Newest)
+			return h, err
+		})
+		return err
+	})
+	if err != nil {
 		return st, statsError(ib.cfg.Schema, err)
 	}
 	return st, nil

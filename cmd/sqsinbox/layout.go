@@ -26,7 +26,8 @@ func runInbox(ctx context.Context, e env, args []string) error {
 			"The keytime layout is the generations layout for events whose keys carry their time (UUIDv7\n"+
 			"or ULID): each such key's row goes to the generation of its time, so its claim is one insert,\n"+
 			"as cheap as the table layout's at any size. Other keys are claimed as in generations. A key\n"+
-			"whose time is more than 5 minutes ahead of the worker's clock is refused until it is not.\n"+
+			"whose time is more than 5 minutes and at most the retention and a day ahead of the worker's\n"+
+			"clock is refused until it is not; one further ahead is claimed as a key without a time.\n"+
 			"An inbox already in generations cannot switch to keytime.")
 	db.register(fs)
 	gen := fs.String("generation", "14d", "the generation length, for the switch: whole seconds from 1m to 90d")
