@@ -242,54 +242,33 @@ func moveTask(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string) 
 func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string, maxN int, rate float64, cl *classifier) error {
 	p := newProgress(e.stderr)
 	defer p.done()
-	moved, handled, empty := 0, 0, 0
-	var left []string // receipt handles of the messages left in the DLQ, made visible again at the end
-	defer func() {
-		for _, h := range left {
-			_, _ = c.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
-				QueueUrl: aws.String(fromURL), ReceiptHandle: aws.String(h), VisibilityTimeout: 0})
-		}
-	}()
-	pace := newPacer(rate)
-	limit := queueMaxBytes(ctx, c, toURL, e.stderr) // a copy over it would be refused: left, and said
+	cp := &copier{e: e, c: c, fromURL: fromURL, toURL: toURL, maxN: maxN, cl: cl, p: p, pace: newPacer(rate),
+		seen: map[string]bool{}, held: map[string]bool{},
+		fifo: strings.HasSuffix(toURL, ".fifo"), fifoFrom: strings.HasSuffix(fromURL, ".fifo")}
+	defer cp.release(ctx)
+	cp.limit = queueMaxBytes(ctx, c, toURL, e.stderr) // a copy over it would be refused: left, and said
 	if cl != nil {
 		cl.destination(ctx, c, toURL, e.stderr)
 	}
-	tooBig, behind := 0, 0
-	seen := map[string]bool{} // the messages this run has handled, by MessageId
-	held := map[string]bool{} // FIFO groups with a message left in the DLQ: the rest of each stays too
-	var heldSince time.Time   // when this run first found messages in flight in an empty-looking DLQ
-	fifo := strings.HasSuffix(toURL, ".fifo")
-	fifoFrom := strings.HasSuffix(fromURL, ".fifo")
-	for empty < 2 && (maxN == 0 || handled < maxN) {
+	empty := 0
+	for empty < 2 && (maxN == 0 || cp.handled < maxN) {
 		if ctx.Err() != nil {
 			p.done()
 			fmt.Fprintf(e.stdout, "interrupted: moved %s from %s to %s as copies: their retention period starts again\n",
-				plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
+				plural(cp.moved, "message"), lastPart(fromURL), lastPart(toURL))
 			return ctx.Err()
 		}
-		n := int32(10)
-		if maxN > 0 {
-			n = int32(min(10, maxN-handled))
-		}
-		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(fromURL),
-			MaxNumberOfMessages:         n,
-			WaitTimeSeconds:             1,
-			VisibilityTimeout:           int32(redriveHold / time.Second),
-			MessageAttributeNames:       []string{"All"},
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-		})
+		msgs, err := cp.receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				continue
 			}
-			return fmt.Errorf("receive from %s: %s", lastPart(fromURL), apiError(err))
+			return err
 		}
-		if len(out.Messages) == 0 || allSeen(seen, out.Messages) {
+		if len(msgs) == 0 || allSeen(cp.seen, msgs) {
 			// Empty, or only messages this run left in the DLQ, visible again after a long run.
 			empty++
-			if empty == 2 && waitHeld(ctx, e, c, fromURL, len(left), &heldSince, p) {
+			if empty == 2 && waitHeld(ctx, e, c, fromURL, len(cp.left), &cp.heldSince, p) {
 				empty = 0
 			}
 			continue
@@ -297,103 +276,194 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		empty = 0
 		// The batch in hand is finished even if an interrupt arrives now.
 		bctx := context.WithoutCancel(ctx)
-		for _, m := range out.Messages {
-			id, group := aws.ToString(m.MessageId), m.Attributes["MessageGroupId"]
-			if seen[id] || (maxN > 0 && handled >= maxN) {
-				left = append(left, aws.ToString(m.ReceiptHandle)) // left once already, and counted; or past --max
-				continue
-			}
-			seen[id] = true
-			if err := pace.wait(ctx); err != nil {
-				left = append(left, aws.ToString(m.ReceiptHandle))
-				continue
-			}
-			handled++
-			// leave keeps m in the DLQ; on a FIFO DLQ its group's later messages stay behind it.
-			leave := func() {
-				left = append(left, aws.ToString(m.ReceiptHandle))
-				if fifoFrom {
-					held[group] = true
-				}
-			}
-			if fifoFrom && held[group] {
-				leave()
-				behind++
-				if cl != nil {
-					cl.count(classLeave, id, "behind a message of its FIFO group left in the DLQ: moved, it would overtake it")
-				}
-				continue
-			}
-			if size := messageBytes(m); size > limit {
-				leave()
-				tooBig++
-				if cl != nil {
-					cl.count(classLeave, id, fmt.Sprintf("%d bytes, over %s's MaximumMessageSize of %d", size, lastPart(toURL), limit))
-				}
-				continue
-			}
-			if cl != nil {
-				switch cl.classify(bctx, m) {
-				case classLeave:
-					leave()
-					continue
-				case classApplied:
-					if cl.dryRun || cl.keepApplied {
-						left = append(left, aws.ToString(m.ReceiptHandle)) // applied already: its group may go on
-						continue
-					}
-					if _, err := c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
-						return fmt.Errorf("delete an applied message from %s: %s", lastPart(fromURL), apiError(err))
-					}
-					p.update("%s", cl.progress())
-					continue
-				case classMove:
-					if cl.dryRun {
-						left = append(left, aws.ToString(m.ReceiptHandle))
-						continue
-					}
-				}
-			}
-			in := &sqs.SendMessageInput{
-				QueueUrl:          aws.String(toURL),
-				MessageBody:       m.Body,
-				MessageAttributes: m.MessageAttributes,
-			}
-			if fifo {
-				in.MessageGroupId = aws.String(group)
-				in.MessageDeduplicationId = aws.String(redriveDedupID(m))
-			}
-			if _, err := c.SendMessage(bctx, in); err != nil {
-				return fmt.Errorf("send to %s after moving %d: %s (the message stays in the DLQ)", lastPart(toURL), moved, apiError(err))
-			}
-			if _, err := c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				return fmt.Errorf("delete from %s after sending: %s (the message is now in both queues; the inbox deduplicates it)", lastPart(fromURL), apiError(err))
-			}
-			moved++
-			if cl != nil {
-				p.update("%s", cl.progress())
-			} else {
-				p.update("moved %d messages", moved)
+		for _, m := range msgs {
+			if err := cp.handle(ctx, bctx, m); err != nil {
+				return err
 			}
 		}
 	}
 	p.done()
-	if cl != nil {
-		cl.report(e.stdout, fromURL, toURL)
-		if cl.dryRun {
-			return nil
+	cp.report()
+	return nil
+}
+
+// copier is copyMessages's state: the queues, the counts, and the messages it leaves in the DLQ.
+type copier struct {
+	e              env
+	c              *sqs.Client
+	fromURL, toURL string
+	maxN           int
+	cl             *classifier // nil: every message moves
+	p              *progress
+	pace           *pacer
+	limit          int // the queue's MaximumMessageSize
+	fifo, fifoFrom bool
+
+	moved, handled, tooBig, behind int
+	left                           []string        // receipt handles of the messages left in the DLQ, made visible again at the end
+	seen                           map[string]bool // the messages this run has handled, by MessageId
+	held                           map[string]bool // FIFO groups with a message left in the DLQ: the rest of each stays too
+	heldSince                      time.Time       // when this run first found messages in flight in an empty-looking DLQ
+}
+
+// release makes the messages left in the DLQ visible again.
+func (cp *copier) release(ctx context.Context) {
+	for _, h := range cp.left {
+		_, _ = cp.c.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(cp.fromURL), ReceiptHandle: aws.String(h), VisibilityTimeout: 0})
+	}
+}
+
+// receive receives the next batch from the DLQ, no more than --max leaves to handle.
+func (cp *copier) receive(ctx context.Context) ([]types.Message, error) {
+	n := int32(10)
+	if cp.maxN > 0 {
+		n = int32(min(10, cp.maxN-cp.handled))
+	}
+	out, err := cp.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(cp.fromURL),
+		MaxNumberOfMessages:         n,
+		WaitTimeSeconds:             1,
+		VisibilityTimeout:           int32(redriveHold / time.Second),
+		MessageAttributeNames:       []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receive from %s: %s", lastPart(cp.fromURL), apiError(err))
+	}
+	return out.Messages, nil
+}
+
+// keep leaves m in the DLQ.
+func (cp *copier) keep(m types.Message) {
+	cp.left = append(cp.left, aws.ToString(m.ReceiptHandle))
+}
+
+// leave keeps m in the DLQ; on a FIFO DLQ its group's later messages stay behind it.
+func (cp *copier) leave(m types.Message) {
+	cp.keep(m)
+	if cp.fifoFrom {
+		cp.held[m.Attributes["MessageGroupId"]] = true
+	}
+}
+
+// handle moves m, deletes it as applied, or leaves it in the DLQ. ctx paces; bctx, which an
+// interrupt does not end, carries the calls that act on m.
+func (cp *copier) handle(ctx, bctx context.Context, m types.Message) error {
+	id := aws.ToString(m.MessageId)
+	if cp.seen[id] || (cp.maxN > 0 && cp.handled >= cp.maxN) {
+		cp.keep(m) // left once already, and counted; or past --max
+		return nil
+	}
+	cp.seen[id] = true
+	if err := cp.pace.wait(ctx); err != nil {
+		cp.keep(m)
+		return nil
+	}
+	cp.handled++
+	if cp.stays(m) {
+		return nil
+	}
+	if cp.cl != nil {
+		if done, err := cp.classified(bctx, m); done || err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(e.stdout, "moved %s from %s to %s as copies: their retention period starts again now\n",
-		plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
-	if cl == nil && tooBig > 0 {
-		fmt.Fprintf(e.stdout, "left %s in %s: over %s's MaximumMessageSize of %d bytes\n", plural(tooBig, "message"), lastPart(fromURL),
-			lastPart(toURL), limit)
+	return cp.move(bctx, m)
+}
+
+// stays leaves m in the DLQ, counted, when it is behind a message of its FIFO group left there
+// or over the queue's MaximumMessageSize, and reports whether it did.
+func (cp *copier) stays(m types.Message) bool {
+	id, group := aws.ToString(m.MessageId), m.Attributes["MessageGroupId"]
+	if cp.fifoFrom && cp.held[group] {
+		cp.leave(m)
+		cp.behind++
+		if cp.cl != nil {
+			cp.cl.count(classLeave, id, "behind a message of its FIFO group left in the DLQ: moved, it would overtake it")
+		}
+		return true
 	}
-	if cl == nil && behind > 0 {
-		fmt.Fprintf(e.stdout, "left %s in %s: behind a message of their FIFO group left there\n", plural(behind, "message"), lastPart(fromURL))
+	if size := messageBytes(m); size > cp.limit {
+		cp.leave(m)
+		cp.tooBig++
+		if cp.cl != nil {
+			cp.cl.count(classLeave, id, fmt.Sprintf("%d bytes, over %s's MaximumMessageSize of %d", size, lastPart(cp.toURL), cp.limit))
+		}
+		return true
+	}
+	return false
+}
+
+// classified acts on the classifier's class of m: it leaves m, deletes it as applied, or, in a
+// dry run, only counts it. done is false when m is to be moved.
+func (cp *copier) classified(bctx context.Context, m types.Message) (done bool, err error) {
+	cl := cp.cl
+	switch cl.classify(bctx, m) {
+	case classLeave:
+		cp.leave(m)
+		return true, nil
+	case classApplied:
+		if cl.dryRun || cl.keepApplied {
+			cp.keep(m) // applied already: its group may go on
+			return true, nil
+		}
+		if _, err := cp.c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(cp.fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+			return true, fmt.Errorf("delete an applied message from %s: %s", lastPart(cp.fromURL), apiError(err))
+		}
+		cp.p.update("%s", cl.progress())
+		return true, nil
+	case classMove:
+		if cl.dryRun {
+			cp.keep(m)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// move sends a copy of m to the queue, then deletes m from the DLQ.
+func (cp *copier) move(bctx context.Context, m types.Message) error {
+	in := &sqs.SendMessageInput{
+		QueueUrl:          aws.String(cp.toURL),
+		MessageBody:       m.Body,
+		MessageAttributes: m.MessageAttributes,
+	}
+	if cp.fifo {
+		in.MessageGroupId = aws.String(m.Attributes["MessageGroupId"])
+		in.MessageDeduplicationId = aws.String(redriveDedupID(m))
+	}
+	if _, err := cp.c.SendMessage(bctx, in); err != nil {
+		return fmt.Errorf("send to %s after moving %d: %s (the message stays in the DLQ)", lastPart(cp.toURL), cp.moved, apiError(err))
+	}
+	if _, err := cp.c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(cp.fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+		return fmt.Errorf("delete from %s after sending: %s (the message is now in both queues; the inbox deduplicates it)", lastPart(cp.fromURL), apiError(err))
+	}
+	cp.moved++
+	if cp.cl != nil {
+		cp.p.update("%s", cp.cl.progress())
+	} else {
+		cp.p.update("moved %d messages", cp.moved)
 	}
 	return nil
+}
+
+// report says what the run did: the classifier's report, or the count moved and the ones left.
+func (cp *copier) report() {
+	from, to, out := lastPart(cp.fromURL), lastPart(cp.toURL), cp.e.stdout
+	if cp.cl != nil {
+		cp.cl.report(out, cp.fromURL, cp.toURL)
+		if cp.cl.dryRun {
+			return
+		}
+	}
+	fmt.Fprintf(out, "moved %s from %s to %s as copies: their retention period starts again now\n", plural(cp.moved, "message"), from, to)
+	if cp.cl == nil && cp.tooBig > 0 {
+		fmt.Fprintf(out, "left %s in %s: over %s's MaximumMessageSize of %d bytes\n", plural(cp.tooBig, "message"), from, to, cp.limit)
+	}
+	if cp.cl == nil && cp.behind > 0 {
+		fmt.Fprintf(out, "left %s in %s: behind a message of their FIFO group left there\n", plural(cp.behind, "message"), from)
+	}
 }
 
 // redriveDedupID is the MessageDeduplicationId of a FIFO message's copy: derived from its
