@@ -56,7 +56,51 @@ const (
 )
 
 func runConsole(ctx context.Context, e env, args []string) error {
-	var db dbFlags
+	fs, o := consoleFlags(e)
+	words, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	getenv := e.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	tok, err := o.check(words, getenv)
+	if err != nil {
+		return err
+	}
+	c := &console{e: e, db: &o.db, withAge: !o.noAge, noBodies: o.noBodies, peekMax: o.peek, token: tok, base: ctx}
+	closeDB, err := c.openInbox(ctx, o, getenv, fs.timeout)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := c.openQueues(ctx, o.queues, fs.timeout); err != nil {
+		return err
+	}
+	if err := c.init(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	return c.serve(ctx, ln, o)
+}
+
+// consoleOptions are the console's flags.
+type consoleOptions struct {
+	db                 dbFlags
+	cf                 classifyFlags
+	queues, allowHosts stringList
+	listen, token      string
+	noBodies, noAge    bool
+	peek               int
+}
+
+// consoleFlags is the console's flag set, and the options its flags set.
+func consoleFlags(e env) (*flags, *consoleOptions) {
+	o := &consoleOptions{}
 	fs := newFlags(e, "console", "console [--queue Q]... [flags]",
 		"  SQSINBOX_CONSOLE_TOKEN=$(openssl rand -hex 16) sqsinbox console --queue warehouse --queue loyalty\n"+
 			"  sqsinbox console --queue warehouse --no-bodies            # read-only: no token, no actions\n\n"+
@@ -72,100 +116,104 @@ func runConsole(ctx context.Context, e env, args []string) error {
 			"refused with 403 and changes nothing. Requests\n"+
 			"naming another Host than 127.0.0.1, localhost, [::1] (at the port) or an --allow-host name are\n"+
 			"refused with 421, against DNS rebinding. docs/console.md has the whole security model.")
-	db.register(fs)
-	var cf classifyFlags
-	cf.register(fs)
-	var queues, allowHosts stringList
-	fs.Var(&queues, "queue", "a queue to show, by name or URL (repeatable); its dead-letter queue comes from its redrive policy")
-	listen := fs.String("listen", "127.0.0.1:8080", "the address to listen on (port 0: any free port); the default answers this machine only")
-	fs.Var(&allowHosts, "allow-host", "a further name the console answers to in the Host header (repeatable), such as the name a proxy "+
+	o.db.register(fs)
+	o.cf.register(fs)
+	fs.Var(&o.queues, "queue", "a queue to show, by name or URL (repeatable); its dead-letter queue comes from its redrive policy")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "the address to listen on (port 0: any free port); the default answers this machine only")
+	fs.Var(&o.allowHosts, "allow-host", "a further name the console answers to in the Host header (repeatable), such as the name a proxy "+
 		"forwards, with or without a port; 127.0.0.1, localhost and [::1] at the listening port always are")
-	token := fs.String("token", "", "enables the actions (redrive, outbox retry) for whoever gives it, at least "+strconv.Itoa(minTokenLen)+
+	fs.StringVar(&o.token, "token", "", "enables the actions (redrive, outbox retry) for whoever gives it, at least "+strconv.Itoa(minTokenLen)+
 		" characters (default $"+consoleTokenEnv+", which other users cannot read in the process list); without one the console is read-only")
-	noBodies := fs.Bool("no-bodies", false, "never show message bodies, only their ids and event keys")
-	noAge := fs.Bool("no-age", false, "do not ask CloudWatch for the age of the oldest messages")
-	peek := fs.Int("peek", 10, "how many messages a DLQ peek receives (1 to 10)")
-	words, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	fs.BoolVar(&o.noBodies, "no-bodies", false, "never show message bodies, only their ids and event keys")
+	fs.BoolVar(&o.noAge, "no-age", false, "do not ask CloudWatch for the age of the oldest messages")
+	fs.IntVar(&o.peek, "peek", 10, "how many messages a DLQ peek receives (1 to 10)")
+	return fs, o
+}
+
+// check validates the words and flags, before anything is opened, and returns the token: --token,
+// else $SQSINBOX_CONSOLE_TOKEN ("" for a read-only console).
+func (o *consoleOptions) check(words []string, getenv func(string) string) (string, error) {
 	if len(words) != 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
+		return "", fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
 	}
-	if *peek < 1 || *peek > 10 {
-		return fmt.Errorf("%w: --peek %d: want 1 to 10 (one receive)", errUsage, *peek)
+	if o.peek < 1 || o.peek > 10 {
+		return "", fmt.Errorf("%w: --peek %d: want 1 to 10 (one receive)", errUsage, o.peek)
 	}
-	if err := sqlident.Validate("--schema", db.schema); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if err := sqlident.Validate("--schema", o.db.schema); err != nil {
+		return "", fmt.Errorf("%w: %w", errUsage, err)
 	}
-	getenv := e.getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	tok := *token
+	tok := o.token
 	if tok == "" {
 		tok = getenv(consoleTokenEnv)
 	}
 	if tok != "" && len(tok) < minTokenLen {
 		// The length only: the token itself is never printed.
-		return fmt.Errorf("%w: the token (--token or %s) has %d characters; want at least %d (openssl rand -hex 16 makes one)",
+		return "", fmt.Errorf("%w: the token (--token or %s) has %d characters; want at least %d (openssl rand -hex 16 makes one)",
 			errUsage, consoleTokenEnv, len(tok), minTokenLen)
 	}
-	if _, _, err := net.SplitHostPort(*listen); err != nil {
-		return fmt.Errorf("%w: --listen %q: want HOST:PORT, such as 127.0.0.1:8080", errUsage, *listen)
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return "", fmt.Errorf("%w: --listen %q: want HOST:PORT, such as 127.0.0.1:8080", errUsage, o.listen)
 	}
-	for _, h := range allowHosts {
+	for _, h := range o.allowHosts {
 		if h == "" || strings.ContainsAny(h, "/ @?#") {
-			return fmt.Errorf("%w: --allow-host %q: want a host name, with or without :PORT", errUsage, h)
+			return "", fmt.Errorf("%w: --allow-host %q: want a host name, with or without :PORT", errUsage, h)
 		}
 	}
+	return tok, nil
+}
 
-	c := &console{e: e, db: &db, withAge: !*noAge, noBodies: *noBodies, peekMax: *peek, token: tok, base: ctx}
-	if c.retention, err = cf.inboxRetention(); err != nil {
-		return err
+// openInbox sets the redrive classifier's options and opens the inbox, checking that its schema
+// is migrated; closeDB closes it.
+func (c *console) openInbox(ctx context.Context, o *consoleOptions, getenv func(string) string, timeout time.Duration) (closeDB func(), err error) {
+	if c.retention, err = o.cf.inboxRetention(); err != nil {
+		return nil, err
 	}
-	if c.payloads, err = cf.payloadReader(ctx, getenv, fs.timeout); err != nil {
-		return err
+	if c.payloads, err = o.cf.payloadReader(ctx, getenv, timeout); err != nil {
+		return nil, err
 	}
-	ib, closeDB, err := db.openInbox(ctx, fs.timeout)
+	ib, closeDB, err := o.db.openInbox(ctx, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ib.Lookup(ctx, "sqsinbox-console-probe"); err != nil { // an unmigrated schema, named at once
+		closeDB()
+		return nil, o.db.inboxError(err)
+	}
+	c.ib, c.pool = ib, ib.Pool()
+	return closeDB, nil
+}
+
+// openQueues connects to SQS, when queues are given, and finds each queue's URL.
+func (c *console) openQueues(ctx context.Context, queues []string, timeout time.Duration) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	cfg, err := awsConfig(ctx, timeout)
 	if err != nil {
 		return err
 	}
-	defer closeDB()
-	if _, err := ib.Lookup(ctx, "sqsinbox-console-probe"); err != nil { // an unmigrated schema, named at once
-		return db.inboxError(err)
-	}
-	c.ib, c.pool = ib, ib.Pool()
-	if len(queues) > 0 {
-		cfg, err := awsConfig(ctx, fs.timeout)
+	c.awsCfg, c.sqs = cfg, newSQS(cfg, timeout)
+	seen := map[string]bool{}
+	for _, q := range queues {
+		u, err := queueURL(ctx, c.sqs, q)
 		if err != nil {
 			return err
 		}
-		c.awsCfg, c.sqs = cfg, newSQS(cfg, fs.timeout)
-		seen := map[string]bool{}
-		for _, q := range queues {
-			u, err := queueURL(ctx, c.sqs, q)
-			if err != nil {
-				return err
-			}
-			name := lastPart(u)
-			if seen[name] {
-				return fmt.Errorf("%w: --queue %s is given twice", errUsage, name)
-			}
-			seen[name] = true
-			c.queues = append(c.queues, consoleQueue{name: name, url: u})
+		name := lastPart(u)
+		if seen[name] {
+			return fmt.Errorf("%w: --queue %s is given twice", errUsage, name)
 		}
+		seen[name] = true
+		c.queues = append(c.queues, consoleQueue{name: name, url: u})
 	}
-	if err := c.init(); err != nil {
-		return err
-	}
+	return nil
+}
 
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
-	}
+// serve serves the console on ln until ctx ends, then stops it: an action in progress ends with
+// its batch in hand (its context is ctx); pages end at once.
+func (c *console) serve(ctx context.Context, ln net.Listener, o *consoleOptions) error {
 	addr := ln.Addr().(*net.TCPAddr)
-	c.hosts, c.port = allowedHosts(addr, allowHosts), strconv.Itoa(addr.Port)
+	c.hosts, c.port = allowedHosts(addr, o.allowHosts), strconv.Itoa(addr.Port)
 	c.cookie = "sqsinbox_console_" + strconv.Itoa(addr.Port) // consoles on two ports keep their own
 	srv := &http.Server{
 		Handler:           c,
@@ -174,21 +222,7 @@ func runConsole(ctx context.Context, e env, args []string) error {
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	shown := addr.String()
-	switch {
-	case addr.IP.IsUnspecified():
-		shown = net.JoinHostPort("127.0.0.1", strconv.Itoa(addr.Port))
-		fmt.Fprintf(e.stderr, "sqsinbox console: listening on every interface (%s), reachable from other machines; it answers "+
-			"only the Host names 127.0.0.1, localhost and [::1] at port %d, and those of --allow-host\n", *listen, addr.Port)
-	case !addr.IP.IsLoopback():
-		fmt.Fprintf(e.stderr, "sqsinbox console: listening on %s, reachable from other machines\n", addr)
-	}
-	mode := "read-only: set " + consoleTokenEnv + " to enable redrive and retry"
-	if tok != "" {
-		mode = "actions enabled for whoever signs in with the token"
-	}
-	fmt.Fprintf(e.stdout, "sqsinbox console on http://%s/ (%s)\n", shown, mode)
-
+	c.announce(addr, o.listen)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -196,13 +230,31 @@ func runConsole(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("serve on %s: %w", addr, err)
 	case <-ctx.Done():
 	}
-	// An action in progress ends with its batch in hand (its context is ctx); pages end at once.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("stop the console: %w", err)
 	}
 	return nil
+}
+
+// announce prints the console's address and mode on stdout, and on stderr a warning when it is
+// reachable from other machines.
+func (c *console) announce(addr *net.TCPAddr, listen string) {
+	shown := addr.String()
+	switch {
+	case addr.IP.IsUnspecified():
+		shown = net.JoinHostPort("127.0.0.1", strconv.Itoa(addr.Port))
+		fmt.Fprintf(c.e.stderr, "sqsinbox console: listening on every interface (%s), reachable from other machines; it answers "+
+			"only the Host names 127.0.0.1, localhost and [::1] at port %d, and those of --allow-host\n", listen, addr.Port)
+	case !addr.IP.IsLoopback():
+		fmt.Fprintf(c.e.stderr, "sqsinbox console: listening on %s, reachable from other machines\n", addr)
+	}
+	mode := "read-only: set " + consoleTokenEnv + " to enable redrive and retry"
+	if c.token != "" {
+		mode = "actions enabled for whoever signs in with the token"
+	}
+	fmt.Fprintf(c.e.stdout, "sqsinbox console on http://%s/ (%s)\n", shown, mode)
 }
 
 // stringList is a repeatable flag.
