@@ -43,42 +43,9 @@ func runOutbox(ctx context.Context, e env, args []string) error {
 	action, rest := words[0], words[1:]
 	limitSet := false
 	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || f.Name == "limit" })
-	var ids []int64
-	switch action {
-	case "show":
-		if len(rest) != 1 || *all || limitSet {
-			return fmt.Errorf("%w: show takes one event id and no --all or --limit", errUsage)
-		}
-	case "list-parked":
-		switch {
-		case len(rest) > 0:
-			return fmt.Errorf("%w: list-parked takes no argument, got %q", errUsage, rest[0])
-		case *all:
-			return fmt.Errorf("%w: --all is for retry", errUsage)
-		case *limit < 1:
-			return fmt.Errorf("%w: --limit must be at least 1", errUsage)
-		}
-	case "retry":
-		if limitSet {
-			return fmt.Errorf("%w: --limit is for list-parked", errUsage)
-		}
-		for _, w := range rest {
-			id, err := strconv.ParseInt(w, 10, 64)
-			if err != nil || id < 1 {
-				return fmt.Errorf("%w: %q is not a message id (a positive number, the ID column of `sqsinbox outbox list-parked`)", errUsage, w)
-			}
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-		switch {
-		case *all && len(ids) > 0:
-			return fmt.Errorf("%w: give either --all or message ids, not both", errUsage)
-		case !*all && len(ids) == 0:
-			return fmt.Errorf("%w: retry needs the ids of the messages to re-queue, or --all for every parked one", errUsage)
-		}
-	default:
-		return fmt.Errorf("%w: unknown action %q: want list-parked, retry or show", errUsage, action)
+	ids, err := checkOutboxArgs(action, rest, *all, *limit, limitSet)
+	if err != nil {
+		return err
 	}
 	pool, err := db.connect(ctx, fs.timeout)
 	if err != nil {
@@ -93,34 +60,94 @@ func runOutbox(ctx context.Context, e env, args []string) error {
 		return showOutboxEvent(ctx, e, pool, db.schema, rest[0])
 	}
 	if action == "list-parked" {
-		st, err := ob.Stats(ctx)
-		if err != nil {
-			return err
+		return listParkedCmd(ctx, e, ob, pool, db.schema, *limit)
+	}
+	return retryParkedCmd(ctx, e, ob, pool, db.schema, ids)
+}
+
+// checkOutboxArgs checks the action's words and flags, and returns retry's message ids (none for
+// --all or another action).
+func checkOutboxArgs(action string, rest []string, all bool, limit int, limitSet bool) ([]int64, error) {
+	switch action {
+	case "show":
+		if len(rest) != 1 || all || limitSet {
+			return nil, fmt.Errorf("%w: show takes one event id and no --all or --limit", errUsage)
 		}
-		rows, err := listParked(ctx, pool, db.schema, *limit)
-		if err != nil {
-			return err
+	case "list-parked":
+		switch {
+		case len(rest) > 0:
+			return nil, fmt.Errorf("%w: list-parked takes no argument, got %q", errUsage, rest[0])
+		case all:
+			return nil, fmt.Errorf("%w: --all is for retry", errUsage)
+		case limit < 1:
+			return nil, fmt.Errorf("%w: --limit must be at least 1", errUsage)
 		}
-		if len(rows) == 0 {
-			fmt.Fprintf(e.stdout, "schema %s: no parked outbox messages\n", db.schema)
-			return nil
+	case "retry":
+		if limitSet {
+			return nil, fmt.Errorf("%w: --limit is for list-parked", errUsage)
 		}
-		if err := printParked(e.stdout, rows); err != nil {
-			return err
+		return retryIDs(rest, all)
+	default:
+		return nil, fmt.Errorf("%w: unknown action %q: want list-parked, retry or show", errUsage, action)
+	}
+	return nil, nil
+}
+
+// retryIDs are retry's message ids, each once: the words, or none with --all.
+func retryIDs(words []string, all bool) ([]int64, error) {
+	var ids []int64
+	for _, w := range words {
+		id, err := strconv.ParseInt(w, 10, 64)
+		if err != nil || id < 1 {
+			return nil, fmt.Errorf("%w: %q is not a message id (a positive number, the ID column of `sqsinbox outbox list-parked`)", errUsage, w)
 		}
-		if int64(len(rows)) < st.Parked {
-			fmt.Fprintf(e.stdout, "(%d of %s shown: raise --limit for more)\n", len(rows), plural(int(st.Parked), "parked message"))
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
+	}
+	switch {
+	case all && len(ids) > 0:
+		return nil, fmt.Errorf("%w: give either --all or message ids, not both", errUsage)
+	case !all && len(ids) == 0:
+		return nil, fmt.Errorf("%w: retry needs the ids of the messages to re-queue, or --all for every parked one", errUsage)
+	}
+	return ids, nil
+}
+
+// listParkedCmd is `outbox list-parked`: the parked messages, the last parked first, up to limit.
+func listParkedCmd(ctx context.Context, e env, ob *outbox.Outbox, pool *pgxpool.Pool, schema string, limit int) error {
+	st, err := ob.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := listParked(ctx, pool, schema, limit)
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(e.stdout, "schema %s: no parked outbox messages\n", schema)
 		return nil
 	}
+	if err := printParked(e.stdout, rows); err != nil {
+		return err
+	}
+	if int64(len(rows)) < st.Parked {
+		fmt.Fprintf(e.stdout, "(%d of %s shown: raise --limit for more)\n", len(rows), plural(int(st.Parked), "parked message"))
+	}
+	return nil
+}
+
+// retryParkedCmd is `outbox retry`: it re-queues the parked messages ids (none: every parked
+// one), and names the ids given that are not parked.
+func retryParkedCmd(ctx context.Context, e env, ob *outbox.Outbox, pool *pgxpool.Pool, schema string, ids []int64) error {
 	// Which of the ids given are parked, so that the others are named rather than silently skipped.
 	var notParked []int64
 	if len(ids) > 0 {
 		var parked []int64
-		err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(id), '{}') FROM "+sqlident.Quote(db.schema, "outbox_messages")+
+		err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(id), '{}') FROM "+sqlident.Quote(schema, "outbox_messages")+
 			" WHERE id = ANY($1) AND parked_at IS NOT NULL AND sent_at IS NULL", ids).Scan(&parked)
 		if err != nil {
-			return fmt.Errorf("%s.outbox_messages: %w", db.schema, err)
+			return fmt.Errorf("%s.outbox_messages: %w", schema, err)
 		}
 		for _, id := range ids {
 			if !slices.Contains(parked, id) {
@@ -132,14 +159,14 @@ func runOutbox(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "schema %s: outbox: re-queued %s\n", db.schema, plural(int(n), "parked message"))
+	fmt.Fprintf(e.stdout, "schema %s: outbox: re-queued %s\n", schema, plural(int(n), "parked message"))
 	if len(notParked) > 0 {
 		s := make([]string, len(notParked))
 		for i, id := range notParked {
 			s[i] = strconv.FormatInt(id, 10)
 		}
 		return fmt.Errorf("not re-queued: %s %s not parked in %s.outbox_messages (no such id, already sent, or not failing)",
-			strings.Join(s, ", "), map[bool]string{true: "is", false: "are"}[len(s) == 1], db.schema)
+			strings.Join(s, ", "), map[bool]string{true: "is", false: "are"}[len(s) == 1], schema)
 	}
 	return nil
 }
