@@ -22,7 +22,44 @@ import (
 const minOlderThan = 7 * 24 * time.Hour
 
 func runPurge(ctx context.Context, e env, args []string) error {
-	var db dbFlags
+	fs, o := purgeFlags(e)
+	words, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(words) != 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	if len(o.queues) > 0 {
+		if err := checkHorizon(ctx, e, fs.timeout, o.queues, o.age, o.olderThan); err != nil {
+			return err
+		}
+	}
+	pool, err := o.db.connect(ctx, fs.timeout)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return o.purge(ctx, e, pool)
+}
+
+// purgeOptions are purge's flags, and the ages check reads from them.
+type purgeOptions struct {
+	db                                    dbFlags
+	olderThan, keysFloor, outboxOlderThan string
+	queues                                []string
+	skipCheck, skipKeys, skipOutbox       bool
+	batch                                 int
+
+	age, keysAge, outboxAge time.Duration // set by check
+}
+
+// purgeFlags is purge's flag set, and the options its flags set.
+func purgeFlags(e env) (*flags, *purgeOptions) {
+	o := &purgeOptions{}
 	fs := newFlags(e, "purge", "purge --queue QUEUE... [flags]",
 		"  sqsinbox purge --queue warehouse --queue loyalty          # rows older than 28d, if no queue redelivers later\n"+
 			"  sqsinbox purge --queue orders.fifo --older-than 30d --batch-size 5000 --schema billing_inbox\n"+
@@ -39,77 +76,69 @@ func runPurge(ctx context.Context, e env, args []string) error {
 			"so a 72-hour TTL is kept. --keys-older-than adds a floor: keys younger than it stay.\n\n"+
 			"Then the outbox's sent rows older than --outbox-older-than go (unsent and parked rows never\n"+
 			"do); a schema without the outbox says so in one line. --skip-outbox leaves them.")
-	db.register(fs)
-	olderThan := fs.String("older-than", durationText(inbox.DefaultRetention),
+	o.db.register(fs)
+	fs.StringVar(&o.olderThan, "older-than", durationText(inbox.DefaultRetention),
 		"delete inbox rows whose seen_at is older than this (28d, 672h); at least the queues' redelivery horizon and 7d")
-	var queues []string
 	fs.Func("queue", "a queue the inbox serves, by name or URL (repeatable); its redelivery horizon bounds --older-than",
 		func(q string) error {
 			if q == "" {
 				return errors.New("empty queue")
 			}
-			queues = append(queues, q)
+			o.queues = append(o.queues, q)
 			return nil
 		})
-	skipCheck := fs.Bool("skip-queue-check", false,
+	fs.BoolVar(&o.skipCheck, "skip-queue-check", false,
 		"purge without reading the queues' redelivery horizon: you vouch that --older-than outlasts every redelivery")
-	keysFloor := fs.String("keys-older-than", "",
+	fs.StringVar(&o.keysFloor, "keys-older-than", "",
 		"a floor for the idempotency keys: keep keys younger than this even if expired (at least "+hoursText(idempotency.MinTTL)+"; default none)")
-	skipKeys := fs.Bool("skip-keys", false, "do not purge the idempotency keys")
-	outboxOlderThan := fs.String("outbox-older-than", durationText(outbox.DefaultRetention),
+	fs.BoolVar(&o.skipKeys, "skip-keys", false, "do not purge the idempotency keys")
+	fs.StringVar(&o.outboxOlderThan, "outbox-older-than", durationText(outbox.DefaultRetention),
 		"delete outbox rows sent longer ago than this (7d, 168h); unsent and parked rows are never deleted")
-	skipOutbox := fs.Bool("skip-outbox", false, "do not purge the outbox's sent rows")
-	batch := fs.Int("batch-size", inbox.DefaultPurgeBatchSize, "rows (or keys) deleted per statement")
-	words, err := parse(fs, args)
-	if err != nil {
+	fs.BoolVar(&o.skipOutbox, "skip-outbox", false, "do not purge the outbox's sent rows")
+	fs.IntVar(&o.batch, "batch-size", inbox.DefaultPurgeBatchSize, "rows (or keys) deleted per statement")
+	return fs, o
+}
+
+// check parses the ages and checks them and the other flags, before anything is read.
+func (o *purgeOptions) check() error {
+	var err error
+	if o.age, err = parseAge(o.olderThan); err != nil {
 		return err
 	}
-	if len(words) != 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
+	if o.age < minOlderThan {
+		return fmt.Errorf("%w: --older-than %s is under 7 days; the inbox must outlive every redelivery", errUsage, o.olderThan)
 	}
-	age, err := parseAge(*olderThan)
-	if err != nil {
-		return err
-	}
-	if age < minOlderThan {
-		return fmt.Errorf("%w: --older-than %s is under 7 days; the inbox must outlive every redelivery", errUsage, *olderThan)
-	}
-	var keysAge time.Duration
-	if *keysFloor != "" && !*skipKeys {
-		if keysAge, err = parseAge(*keysFloor); err != nil {
+	if o.keysFloor != "" && !o.skipKeys {
+		if o.keysAge, err = parseAge(o.keysFloor); err != nil {
 			return err
 		}
-		if keysAge < idempotency.MinTTL {
-			return fmt.Errorf("%w: --keys-older-than %s is under %s; clients are promised at least that long to retry", errUsage, *keysFloor, hoursText(idempotency.MinTTL))
+		if o.keysAge < idempotency.MinTTL {
+			return fmt.Errorf("%w: --keys-older-than %s is under %s; clients are promised at least that long to retry", errUsage, o.keysFloor, hoursText(idempotency.MinTTL))
 		}
 	}
-	var outboxAge time.Duration
-	if !*skipOutbox {
-		if outboxAge, err = parseAge(*outboxOlderThan); err != nil {
-			return fmt.Errorf("%w: --outbox-older-than %q is not a duration such as 7d or 168h", errUsage, *outboxOlderThan)
+	if !o.skipOutbox {
+		if o.outboxAge, err = parseAge(o.outboxOlderThan); err != nil {
+			return fmt.Errorf("%w: --outbox-older-than %q is not a duration such as 7d or 168h", errUsage, o.outboxOlderThan)
 		}
 	}
-	if *batch <= 0 {
+	if o.batch <= 0 {
 		return fmt.Errorf("%w: --batch-size must be positive", errUsage)
 	}
 	switch {
-	case len(queues) == 0 && !*skipCheck:
+	case len(o.queues) == 0 && !o.skipCheck:
 		return fmt.Errorf("%w: name the queues the inbox serves with --queue (repeatable), so that --older-than is checked "+
 			"against their redelivery horizon; or pass --skip-queue-check if you have checked it yourself", errUsage)
-	case len(queues) > 0 && *skipCheck:
+	case len(o.queues) > 0 && o.skipCheck:
 		return fmt.Errorf("%w: give either --queue or --skip-queue-check, not both", errUsage)
 	}
-	if len(queues) > 0 {
-		if err := checkHorizon(ctx, e, fs.timeout, queues, age, *olderThan); err != nil {
-			return err
-		}
-	}
-	pool, err := db.connect(ctx, fs.timeout)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	ib, err := inbox.New(pool, &inbox.Config{Schema: db.schema, Retention: age, PurgeBatchSize: *batch})
+	return nil
+}
+
+// purge deletes the inbox rows, then the expired idempotency keys, then the outbox's sent rows,
+// each part unless skipped, and sums each up.
+func (o *purgeOptions) purge(ctx context.Context, e env, pool *pgxpool.Pool) error {
+	schema := o.db.schema
+	ib, err := inbox.New(pool, &inbox.Config{Schema: schema, Retention: o.age, PurgeBatchSize: o.batch})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -122,28 +151,28 @@ func runPurge(ctx context.Context, e env, args []string) error {
 	}
 	// Each batch commits on its own, so an interrupt leaves no half-done work: what was deleted is
 	// gone, the rest stays for the next run.
-	res, err := ib.PurgeOlderThan(ctx, age, func(n int64) { rows = n; show() })
+	res, err := ib.PurgeOlderThan(ctx, o.age, func(n int64) { rows = n; show() })
 	if err != nil {
-		return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "processed_messages", ""), res.Deleted, 0)
+		return purgeFailed(ctx, e, p, notMigrated(err, schema, "processed_messages", ""), res.Deleted, 0)
 	}
 	p.done()
 	summary(e.stdout, "inbox", "row", "older than", res, time.Since(start))
-	if *skipKeys {
+	if o.skipKeys {
 		fmt.Fprintln(e.stdout, "idempotency keys: not purged (--skip-keys)")
 	} else {
 		keysStart := time.Now()
-		kres, err := idempotency.PurgeExpired(ctx, pool, db.schema, keysAge, *batch, func(n int64) { keys = n; show() })
+		kres, err := idempotency.PurgeExpired(ctx, pool, schema, o.keysAge, o.batch, func(n int64) { keys = n; show() })
 		if err != nil {
-			return purgeFailed(ctx, e, p, notMigrated(err, db.schema, "idempotency_keys", ", or pass --skip-keys"), res.Deleted, kres.Deleted)
+			return purgeFailed(ctx, e, p, notMigrated(err, schema, "idempotency_keys", ", or pass --skip-keys"), res.Deleted, kres.Deleted)
 		}
 		p.done()
 		summary(e.stdout, "idempotency keys", "key", "that expired before", kres, time.Since(keysStart))
 	}
-	if *skipOutbox {
+	if o.skipOutbox {
 		fmt.Fprintln(e.stdout, "outbox: not purged (--skip-outbox)")
 		return nil
 	}
-	return purgeOutbox(ctx, e, pool, db.schema, outboxAge, *batch)
+	return purgeOutbox(ctx, e, pool, schema, o.outboxAge, o.batch)
 }
 
 // purgeOutbox deletes the outbox's rows sent before age, and prints its summary line. A schema
