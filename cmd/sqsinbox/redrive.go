@@ -21,8 +21,62 @@ import (
 )
 
 func runRedrive(ctx context.Context, e env, args []string) error {
-	var db dbFlags
-	var cf classifyFlags
+	fs, o := redriveFlags(e)
+	words, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := o.check(words); err != nil {
+		return err
+	}
+	var cl *classifier
+	if o.classified() {
+		o.mode = "copy"
+		var closeDB func()
+		if cl, closeDB, err = o.classifier(ctx, e, fs.timeout); err != nil {
+			return err
+		}
+		defer closeDB()
+	}
+	if o.mode == "copy" && o.to == "" {
+		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
+	}
+	c, err := sqsClient(ctx, fs.timeout)
+	if err != nil {
+		return err
+	}
+	fromURL, err := queueURL(ctx, c, o.from)
+	if err != nil {
+		return err
+	}
+	toURL := ""
+	if o.to != "" {
+		if toURL, err = queueURL(ctx, c, o.to); err != nil {
+			return err
+		}
+	}
+	if o.mode != "copy" {
+		if done, err := tryMoveTask(ctx, e, c, fromURL, toURL, o.mode); done || err != nil {
+			return err
+		}
+	}
+	return copyMessages(ctx, e, c, fromURL, toURL, o.maxN, o.rate, cl)
+}
+
+// redriveOptions are redrive's flags.
+type redriveOptions struct {
+	db                                                    dbFlags
+	cf                                                    classifyFlags
+	from, to, mode, handler, typeAttr, typeField, keyFlag string
+	routes                                                stringList
+	maxN                                                  int
+	rate                                                  float64
+	dryRun, keepApplied, allowOld                         bool
+}
+
+// redriveFlags is redrive's flag set, and the options its flags set.
+func redriveFlags(e env) (*flags, *redriveOptions) {
+	o := &redriveOptions{}
 	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H | --route TYPE=H... [--dry-run]] [flags]",
 		"  sqsinbox redrive --from warehouse-dlq --to warehouse\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n"+
@@ -50,122 +104,114 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 			"could have been. Keep the inbox's retention (purge --older-than) above the time since the\n"+
 			"events were first sent plus that period, or a copy of a purged event runs again; a classified\n"+
 			"redrive leaves a message older than --inbox-retention less that period (--allow-old moves it).")
-	from := fs.String("from", "", "the dead-letter queue, by name or URL (required)")
-	to := fs.String("to", "", "the queue to move messages to, by name or URL (required in copy mode; the move task defaults to each message's source)")
-	mode := fs.String("mode", "auto", "auto (move task, else copy), move-task, or copy")
-	maxN := fs.Int("max", 0, "copy mode: handle at most this many messages, each moved, deleted as applied or left counting "+
+	fs.StringVar(&o.from, "from", "", "the dead-letter queue, by name or URL (required)")
+	fs.StringVar(&o.to, "to", "", "the queue to move messages to, by name or URL (required in copy mode; the move task defaults to each message's source)")
+	fs.StringVar(&o.mode, "mode", "auto", "auto (move task, else copy), move-task, or copy")
+	fs.IntVar(&o.maxN, "max", 0, "copy mode: handle at most this many messages, each moved, deleted as applied or left counting "+
 		"(in a dry run, each classified); the redrive stops receiving there (0: until the DLQ is empty)")
-	handler := fs.String("handler", "", "classify each message against this handler's inbox rows first (copy mode; needs the database)")
-	var routeFlags stringList
-	fs.Var(&routeFlags, "route", "TYPE=HANDLER (repeatable): classify each message against the handler its type routes to, as an "+
+	fs.StringVar(&o.handler, "handler", "", "classify each message against this handler's inbox rows first (copy mode; needs the database)")
+	fs.Var(&o.routes, "route", "TYPE=HANDLER (repeatable): classify each message against the handler its type routes to, as an "+
 		"inboxhandler.Router does; a message whose type has no route is left in the DLQ (instead of --handler)")
-	typeAttr := fs.String("type-attribute", "type", "with --route: the message attribute that names a message's type (RouterConfig.TypeAttribute)")
-	typeField := fs.String("type-field", "", "with --route: the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
+	fs.StringVar(&o.typeAttr, "type-attribute", "type", "with --route: the message attribute that names a message's type (RouterConfig.TypeAttribute)")
+	fs.StringVar(&o.typeField, "type-field", "", "with --route: the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
 		"default: the body is not read)")
-	dryRun := fs.Bool("dry-run", false, "with --handler or --route: count and sample each class, change nothing")
-	keepApplied := fs.Bool("keep-applied", false, "with --handler or --route: leave messages already applied in the DLQ instead of deleting them")
-	allowOld := fs.Bool("allow-old", false, "with --handler or --route: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
-	rate := fs.Float64("rate", 0, "copy mode: at most this many messages a second (0: no limit)")
-	keyFlag := fs.String("key", "default", "with --handler or --route: where the handlers take their event key, as their worker does: default (the event_id "+
+	fs.BoolVar(&o.dryRun, "dry-run", false, "with --handler or --route: count and sample each class, change nothing")
+	fs.BoolVar(&o.keepApplied, "keep-applied", false, "with --handler or --route: leave messages already applied in the DLQ instead of deleting them")
+	fs.BoolVar(&o.allowOld, "allow-old", false, "with --handler or --route: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
+	fs.Float64Var(&o.rate, "rate", 0, "copy mode: at most this many messages a second (0: no limit)")
+	fs.StringVar(&o.keyFlag, "key", "default", "with --handler or --route: where the handlers take their event key, as their worker does: default (the event_id "+
 		"attribute, else the body's \"id\"), attribute:NAME, json:FIELD, body (the SHA-256 of the body) or sns-message-id; "+
 		"several, separated by commas, are tried in order")
-	db.register(fs)
-	cf.register(fs)
-	words, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	o.db.register(fs)
+	o.cf.register(fs)
+	return fs, o
+}
+
+// classified reports whether messages are classified against the inbox (--handler or --route).
+func (o *redriveOptions) classified() bool { return o.handler != "" || len(o.routes) > 0 }
+
+// check checks the words and the flags that go together, before anything is opened.
+func (o *redriveOptions) check(words []string) error {
 	if len(words) != 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
 	}
-	if *from == "" {
+	if o.from == "" {
 		return fmt.Errorf("%w: --from is required", errUsage)
 	}
-	if *mode != "auto" && *mode != "move-task" && *mode != "copy" {
-		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, *mode)
+	if o.mode != "auto" && o.mode != "move-task" && o.mode != "copy" {
+		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, o.mode)
 	}
-	classified := *handler != "" || len(routeFlags) > 0
+	classified, cf := o.classified(), &o.cf
 	switch {
-	case !classified && (*dryRun || *keepApplied || *keyFlag != "default" || *allowOld || *typeField != "" || *typeAttr != "type" ||
+	case !classified && (o.dryRun || o.keepApplied || o.keyFlag != "default" || o.allowOld || o.typeField != "" || o.typeAttr != "type" ||
 		cf.payloadBuckets != "" || cf.payloadMax != 0 || cf.retention != "28d"):
 		return fmt.Errorf("%w: --dry-run, --keep-applied, --key, --allow-old, --type-*, --payload-* and --inbox-retention need --handler or --route", errUsage)
-	case *handler != "" && len(routeFlags) > 0:
+	case o.handler != "" && len(o.routes) > 0:
 		return fmt.Errorf("%w: give --handler (a queue with one handler) or --route TYPE=HANDLER (a router's queue, one per type), not both", errUsage)
-	case classified && *mode == "move-task":
+	case classified && o.mode == "move-task":
 		return fmt.Errorf("%w: --handler (or --route) classifies message by message: it needs --mode copy (or auto)", errUsage)
-	case *maxN < 0:
+	case o.maxN < 0:
 		return fmt.Errorf("%w: --max must not be negative", errUsage)
-	case *rate < 0:
+	case o.rate < 0:
 		return fmt.Errorf("%w: --rate must not be negative", errUsage)
 	}
-	var cl *classifier
-	if classified {
-		*mode = "copy"
-		cc := classifierConfig{handler: *handler, types: inboxhandler.RouterConfig{TypeAttribute: *typeAttr, TypeField: *typeField},
-			allowOld: *allowOld, dryRun: *dryRun, keepApplied: *keepApplied}
-		if *handler != "" {
-			if err := inbox.ValidateHandler(*handler); err != nil {
-				return fmt.Errorf("%w: --handler: %w", errUsage, err)
-			}
-		}
-		if cc.routes, err = parseRoutes(routeFlags); err != nil {
-			return fmt.Errorf("--route: %w", err)
-		}
-		if cc.key, err = parseKeyFlag(*keyFlag); err != nil {
-			return err
-		}
-		if cc.retention, err = cf.inboxRetention(); err != nil {
-			return err
-		}
-		if err := sqlident.Validate("--schema", db.schema); err != nil {
-			return fmt.Errorf("%w: %w", errUsage, err)
-		}
-		if cc.payloads, err = cf.payloadReader(ctx, e.getenv, fs.timeout); err != nil {
-			return err
-		}
-		ib, closeDB, err := db.openInbox(ctx, fs.timeout)
-		if err != nil {
-			return err
-		}
-		defer closeDB()
-		if cl, err = db.newClassifier(ctx, ib, cc); err != nil {
-			return err
+	return nil
+}
+
+// classifier opens the inbox and returns the classifier of --handler or --route; closeDB closes
+// the inbox.
+func (o *redriveOptions) classifier(ctx context.Context, e env, timeout time.Duration) (cl *classifier, closeDB func(), err error) {
+	cc := classifierConfig{handler: o.handler, types: inboxhandler.RouterConfig{TypeAttribute: o.typeAttr, TypeField: o.typeField},
+		allowOld: o.allowOld, dryRun: o.dryRun, keepApplied: o.keepApplied}
+	if o.handler != "" {
+		if err := inbox.ValidateHandler(o.handler); err != nil {
+			return nil, nil, fmt.Errorf("%w: --handler: %w", errUsage, err)
 		}
 	}
-	if *mode == "copy" && *to == "" {
-		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
+	if cc.routes, err = parseRoutes(o.routes); err != nil {
+		return nil, nil, fmt.Errorf("--route: %w", err)
 	}
-	c, err := sqsClient(ctx, fs.timeout)
+	if cc.key, err = parseKeyFlag(o.keyFlag); err != nil {
+		return nil, nil, err
+	}
+	if cc.retention, err = o.cf.inboxRetention(); err != nil {
+		return nil, nil, err
+	}
+	if err := sqlident.Validate("--schema", o.db.schema); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if cc.payloads, err = o.cf.payloadReader(ctx, e.getenv, timeout); err != nil {
+		return nil, nil, err
+	}
+	ib, closeDB, err := o.db.openInbox(ctx, timeout)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	fromURL, err := queueURL(ctx, c, *from)
-	if err != nil {
-		return err
+	if cl, err = o.db.newClassifier(ctx, ib, cc); err != nil {
+		closeDB()
+		return nil, nil, err
 	}
-	toURL := ""
-	if *to != "" {
-		if toURL, err = queueURL(ctx, c, *to); err != nil {
-			return err
-		}
+	return cl, closeDB, nil
+}
+
+// tryMoveTask runs the move task of --mode auto or move-task. done is false when the server has
+// no move tasks and mode auto falls back to copying, which it says on stderr.
+func tryMoveTask(ctx context.Context, e env, c *sqs.Client, fromURL, toURL, mode string) (done bool, err error) {
+	err = moveTask(ctx, e, c, fromURL, toURL)
+	switch {
+	case err == nil:
+		return true, nil
+	case !unsupported(err):
+		return true, fmt.Errorf("move task: %s", apiError(err))
+	case mode == "move-task":
+		return true, fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
+			"use --mode copy (with --to), or --mode auto to fall back to it", sqsEndpoint(c))
+	case toURL == "":
+		return true, fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
+			"give --to to copy message by message instead", sqsEndpoint(c))
 	}
-	if *mode != "copy" {
-		err := moveTask(ctx, e, c, fromURL, toURL)
-		switch {
-		case err == nil:
-			return nil
-		case !unsupported(err):
-			return fmt.Errorf("move task: %s", apiError(err))
-		case *mode == "move-task":
-			return fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
-				"use --mode copy (with --to), or --mode auto to fall back to it", sqsEndpoint(c))
-		case toURL == "":
-			return fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
-				"give --to to copy message by message instead", sqsEndpoint(c))
-		}
-		fmt.Fprintf(e.stderr, "the SQS server has no message move tasks (StartMessageMoveTask); copying message by message\n")
-	}
-	return copyMessages(ctx, e, c, fromURL, toURL, *maxN, *rate, cl)
+	fmt.Fprintf(e.stderr, "the SQS server has no message move tasks (StartMessageMoveTask); copying message by message\n")
+	return false, nil
 }
 
 // unsupported tells "this server does not have the API" from a real failure.
