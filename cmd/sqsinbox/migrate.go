@@ -54,18 +54,8 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	}
 	stepsSet := false
 	fs.Visit(func(f *flag.Flag) { stepsSet = stepsSet || f.Name == "steps" })
-	switch {
-	case action != "down" && (stepsSet || *all || *yes):
-		return fmt.Errorf("%w: --steps, --all and --yes are for down", errUsage)
-	case action != "down":
-	case stepsSet && *all:
-		return fmt.Errorf("%w: give either --steps or --all, not both", errUsage)
-	case !stepsSet && !*all:
-		return fmt.Errorf("%w: down needs --steps N or --all: --steps N reverts the last N migrations, --all every one (dropping every table)", errUsage)
-	case stepsSet && *steps < 1:
-		return fmt.Errorf("%w: --steps must be at least 1 (to revert every migration, pass --all)", errUsage)
-	case stepsSet && *only == "":
-		return fmt.Errorf("%w: --steps counts the migrations of one set: add --only inbox or --only outbox (each has its own version table)", errUsage)
+	if err := checkMigrateFlags(action, *only, stepsSet, *steps, *all, *yes); err != nil {
+		return err
 	}
 	pool, err := db.connect(ctx, fs.timeout)
 	if err != nil {
@@ -74,53 +64,90 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	defer pool.Close()
 	switch action {
 	case "up":
-		for _, set := range sets {
-			v, err := set.up(ctx, pool, db.schema)
-			if err != nil {
-				return fmt.Errorf("%s: %w", set.name, err)
-			}
-			if len(v) == 0 {
-				fmt.Fprintf(e.stdout, "schema %s: %s is up to date\n", db.schema, set.name)
-				continue
-			}
-			fmt.Fprintf(e.stdout, "schema %s: %s: applied %s\n", db.schema, set.name, versions(v))
-		}
+		return migrateUp(ctx, e, pool, db.schema, sets)
 	case "down":
 		if *all {
 			*steps = 0
 		}
-		// The outbox goes first: it was added after the inbox, and nothing of the inbox's
-		// depends on it.
-		slices.Reverse(sets)
-		if err := confirmDown(ctx, e, pool, db.schema, sets, *steps, *yes); err != nil {
-			return err
-		}
-		for _, set := range sets {
-			v, err := set.down(ctx, pool, db.schema, *steps)
-			if err != nil {
-				return fmt.Errorf("%s: %w", set.name, err)
-			}
-			fmt.Fprintf(e.stdout, "schema %s: %s: reverted %s\n", db.schema, set.name, versions(v))
-		}
+		return migrateDown(ctx, e, pool, db.schema, sets, *steps, *yes)
 	case "status":
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SET\tVERSION\tNAME\tAPPLIED")
-		for _, set := range sets {
-			st, err := set.status(ctx, pool, db.schema)
-			if err != nil {
-				return fmt.Errorf("%s: %w", set.name, err)
-			}
-			for _, s := range st {
-				at := "pending"
-				if !s.AppliedAt.IsZero() {
-					at = s.AppliedAt.UTC().Format(time.RFC3339)
-				}
-				fmt.Fprintf(tw, "%s\t%04d\t%s\t%s\n", set.name, s.Version, s.Name, at)
-			}
-		}
-		return tw.Flush()
+		return migrateStatus(ctx, e, pool, db.schema, sets)
 	}
 	return nil
+}
+
+// checkMigrateFlags checks that the flags fit the action: --steps, --all and --yes are down's,
+// and down needs exactly one of --steps (with --only) and --all.
+func checkMigrateFlags(action, only string, stepsSet bool, steps int, all, yes bool) error {
+	switch {
+	case action != "down" && (stepsSet || all || yes):
+		return fmt.Errorf("%w: --steps, --all and --yes are for down", errUsage)
+	case action != "down":
+	case stepsSet && all:
+		return fmt.Errorf("%w: give either --steps or --all, not both", errUsage)
+	case !stepsSet && !all:
+		return fmt.Errorf("%w: down needs --steps N or --all: --steps N reverts the last N migrations, --all every one (dropping every table)", errUsage)
+	case stepsSet && steps < 1:
+		return fmt.Errorf("%w: --steps must be at least 1 (to revert every migration, pass --all)", errUsage)
+	case stepsSet && only == "":
+		return fmt.Errorf("%w: --steps counts the migrations of one set: add --only inbox or --only outbox (each has its own version table)", errUsage)
+	}
+	return nil
+}
+
+// migrateUp is `migrate up`: it applies each set's pending migrations.
+func migrateUp(ctx context.Context, e env, pool *pgxpool.Pool, schema string, sets []migrationSet) error {
+	for _, set := range sets {
+		v, err := set.up(ctx, pool, schema)
+		if err != nil {
+			return fmt.Errorf("%s: %w", set.name, err)
+		}
+		if len(v) == 0 {
+			fmt.Fprintf(e.stdout, "schema %s: %s is up to date\n", schema, set.name)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "schema %s: %s: applied %s\n", schema, set.name, versions(v))
+	}
+	return nil
+}
+
+// migrateDown is `migrate down`: it reverts steps migrations of each set (0: every one), after
+// confirmDown.
+func migrateDown(ctx context.Context, e env, pool *pgxpool.Pool, schema string, sets []migrationSet, steps int, yes bool) error {
+	// The outbox goes first: it was added after the inbox, and nothing of the inbox's
+	// depends on it.
+	slices.Reverse(sets)
+	if err := confirmDown(ctx, e, pool, schema, sets, steps, yes); err != nil {
+		return err
+	}
+	for _, set := range sets {
+		v, err := set.down(ctx, pool, schema, steps)
+		if err != nil {
+			return fmt.Errorf("%s: %w", set.name, err)
+		}
+		fmt.Fprintf(e.stdout, "schema %s: %s: reverted %s\n", schema, set.name, versions(v))
+	}
+	return nil
+}
+
+// migrateStatus is `migrate status`: each set's migrations, applied when or pending.
+func migrateStatus(ctx context.Context, e env, pool *pgxpool.Pool, schema string, sets []migrationSet) error {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SET\tVERSION\tNAME\tAPPLIED")
+	for _, set := range sets {
+		st, err := set.status(ctx, pool, schema)
+		if err != nil {
+			return fmt.Errorf("%s: %w", set.name, err)
+		}
+		for _, s := range st {
+			at := "pending"
+			if !s.AppliedAt.IsZero() {
+				at = s.AppliedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%04d\t%s\t%s\n", set.name, s.Version, s.Name, at)
+		}
+	}
+	return tw.Flush()
 }
 
 // countLimit caps the rows counted in a table down would drop: enough to tell an operator

@@ -21,8 +21,62 @@ import (
 )
 
 func runRedrive(ctx context.Context, e env, args []string) error {
-	var db dbFlags
-	var cf classifyFlags
+	fs, o := redriveFlags(e)
+	words, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := o.check(words); err != nil {
+		return err
+	}
+	var cl *classifier
+	if o.classified() {
+		o.mode = "copy"
+		var closeDB func()
+		if cl, closeDB, err = o.classifier(ctx, e, fs.timeout); err != nil {
+			return err
+		}
+		defer closeDB()
+	}
+	if o.mode == "copy" && o.to == "" {
+		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
+	}
+	c, err := sqsClient(ctx, fs.timeout)
+	if err != nil {
+		return err
+	}
+	fromURL, err := queueURL(ctx, c, o.from)
+	if err != nil {
+		return err
+	}
+	toURL := ""
+	if o.to != "" {
+		if toURL, err = queueURL(ctx, c, o.to); err != nil {
+			return err
+		}
+	}
+	if o.mode != "copy" {
+		if done, err := tryMoveTask(ctx, e, c, fromURL, toURL, o.mode); done || err != nil {
+			return err
+		}
+	}
+	return copyMessages(ctx, e, c, fromURL, toURL, o.maxN, o.rate, cl)
+}
+
+// redriveOptions are redrive's flags.
+type redriveOptions struct {
+	db                                                    dbFlags
+	cf                                                    classifyFlags
+	from, to, mode, handler, typeAttr, typeField, keyFlag string
+	routes                                                stringList
+	maxN                                                  int
+	rate                                                  float64
+	dryRun, keepApplied, allowOld                         bool
+}
+
+// redriveFlags is redrive's flag set, and the options its flags set.
+func redriveFlags(e env) (*flags, *redriveOptions) {
+	o := &redriveOptions{}
 	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H | --route TYPE=H... [--dry-run]] [flags]",
 		"  sqsinbox redrive --from warehouse-dlq --to warehouse\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n"+
@@ -50,122 +104,114 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 			"could have been. Keep the inbox's retention (purge --older-than) above the time since the\n"+
 			"events were first sent plus that period, or a copy of a purged event runs again; a classified\n"+
 			"redrive leaves a message older than --inbox-retention less that period (--allow-old moves it).")
-	from := fs.String("from", "", "the dead-letter queue, by name or URL (required)")
-	to := fs.String("to", "", "the queue to move messages to, by name or URL (required in copy mode; the move task defaults to each message's source)")
-	mode := fs.String("mode", "auto", "auto (move task, else copy), move-task, or copy")
-	maxN := fs.Int("max", 0, "copy mode: handle at most this many messages, each moved, deleted as applied or left counting "+
+	fs.StringVar(&o.from, "from", "", "the dead-letter queue, by name or URL (required)")
+	fs.StringVar(&o.to, "to", "", "the queue to move messages to, by name or URL (required in copy mode; the move task defaults to each message's source)")
+	fs.StringVar(&o.mode, "mode", "auto", "auto (move task, else copy), move-task, or copy")
+	fs.IntVar(&o.maxN, "max", 0, "copy mode: handle at most this many messages, each moved, deleted as applied or left counting "+
 		"(in a dry run, each classified); the redrive stops receiving there (0: until the DLQ is empty)")
-	handler := fs.String("handler", "", "classify each message against this handler's inbox rows first (copy mode; needs the database)")
-	var routeFlags stringList
-	fs.Var(&routeFlags, "route", "TYPE=HANDLER (repeatable): classify each message against the handler its type routes to, as an "+
+	fs.StringVar(&o.handler, "handler", "", "classify each message against this handler's inbox rows first (copy mode; needs the database)")
+	fs.Var(&o.routes, "route", "TYPE=HANDLER (repeatable): classify each message against the handler its type routes to, as an "+
 		"inboxhandler.Router does; a message whose type has no route is left in the DLQ (instead of --handler)")
-	typeAttr := fs.String("type-attribute", "type", "with --route: the message attribute that names a message's type (RouterConfig.TypeAttribute)")
-	typeField := fs.String("type-field", "", "with --route: the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
+	fs.StringVar(&o.typeAttr, "type-attribute", "type", "with --route: the message attribute that names a message's type (RouterConfig.TypeAttribute)")
+	fs.StringVar(&o.typeField, "type-field", "", "with --route: the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
 		"default: the body is not read)")
-	dryRun := fs.Bool("dry-run", false, "with --handler or --route: count and sample each class, change nothing")
-	keepApplied := fs.Bool("keep-applied", false, "with --handler or --route: leave messages already applied in the DLQ instead of deleting them")
-	allowOld := fs.Bool("allow-old", false, "with --handler or --route: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
-	rate := fs.Float64("rate", 0, "copy mode: at most this many messages a second (0: no limit)")
-	keyFlag := fs.String("key", "default", "with --handler or --route: where the handlers take their event key, as their worker does: default (the event_id "+
+	fs.BoolVar(&o.dryRun, "dry-run", false, "with --handler or --route: count and sample each class, change nothing")
+	fs.BoolVar(&o.keepApplied, "keep-applied", false, "with --handler or --route: leave messages already applied in the DLQ instead of deleting them")
+	fs.BoolVar(&o.allowOld, "allow-old", false, "with --handler or --route: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
+	fs.Float64Var(&o.rate, "rate", 0, "copy mode: at most this many messages a second (0: no limit)")
+	fs.StringVar(&o.keyFlag, "key", "default", "with --handler or --route: where the handlers take their event key, as their worker does: default (the event_id "+
 		"attribute, else the body's \"id\"), attribute:NAME, json:FIELD, body (the SHA-256 of the body) or sns-message-id; "+
 		"several, separated by commas, are tried in order")
-	db.register(fs)
-	cf.register(fs)
-	words, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	o.db.register(fs)
+	o.cf.register(fs)
+	return fs, o
+}
+
+// classified reports whether messages are classified against the inbox (--handler or --route).
+func (o *redriveOptions) classified() bool { return o.handler != "" || len(o.routes) > 0 }
+
+// check checks the words and the flags that go together, before anything is opened.
+func (o *redriveOptions) check(words []string) error {
 	if len(words) != 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, words[0])
 	}
-	if *from == "" {
+	if o.from == "" {
 		return fmt.Errorf("%w: --from is required", errUsage)
 	}
-	if *mode != "auto" && *mode != "move-task" && *mode != "copy" {
-		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, *mode)
+	if o.mode != "auto" && o.mode != "move-task" && o.mode != "copy" {
+		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, o.mode)
 	}
-	classified := *handler != "" || len(routeFlags) > 0
+	classified, cf := o.classified(), &o.cf
 	switch {
-	case !classified && (*dryRun || *keepApplied || *keyFlag != "default" || *allowOld || *typeField != "" || *typeAttr != "type" ||
+	case !classified && (o.dryRun || o.keepApplied || o.keyFlag != "default" || o.allowOld || o.typeField != "" || o.typeAttr != "type" ||
 		cf.payloadBuckets != "" || cf.payloadMax != 0 || cf.retention != "28d"):
 		return fmt.Errorf("%w: --dry-run, --keep-applied, --key, --allow-old, --type-*, --payload-* and --inbox-retention need --handler or --route", errUsage)
-	case *handler != "" && len(routeFlags) > 0:
+	case o.handler != "" && len(o.routes) > 0:
 		return fmt.Errorf("%w: give --handler (a queue with one handler) or --route TYPE=HANDLER (a router's queue, one per type), not both", errUsage)
-	case classified && *mode == "move-task":
+	case classified && o.mode == "move-task":
 		return fmt.Errorf("%w: --handler (or --route) classifies message by message: it needs --mode copy (or auto)", errUsage)
-	case *maxN < 0:
+	case o.maxN < 0:
 		return fmt.Errorf("%w: --max must not be negative", errUsage)
-	case *rate < 0:
+	case o.rate < 0:
 		return fmt.Errorf("%w: --rate must not be negative", errUsage)
 	}
-	var cl *classifier
-	if classified {
-		*mode = "copy"
-		cc := classifierConfig{handler: *handler, types: inboxhandler.RouterConfig{TypeAttribute: *typeAttr, TypeField: *typeField},
-			allowOld: *allowOld, dryRun: *dryRun, keepApplied: *keepApplied}
-		if *handler != "" {
-			if err := inbox.ValidateHandler(*handler); err != nil {
-				return fmt.Errorf("%w: --handler: %w", errUsage, err)
-			}
-		}
-		if cc.routes, err = parseRoutes(routeFlags); err != nil {
-			return fmt.Errorf("--route: %w", err)
-		}
-		if cc.key, err = parseKeyFlag(*keyFlag); err != nil {
-			return err
-		}
-		if cc.retention, err = cf.inboxRetention(); err != nil {
-			return err
-		}
-		if err := sqlident.Validate("--schema", db.schema); err != nil {
-			return fmt.Errorf("%w: %w", errUsage, err)
-		}
-		if cc.payloads, err = cf.payloadReader(ctx, e.getenv, fs.timeout); err != nil {
-			return err
-		}
-		ib, closeDB, err := db.openInbox(ctx, fs.timeout)
-		if err != nil {
-			return err
-		}
-		defer closeDB()
-		if cl, err = db.newClassifier(ctx, ib, cc); err != nil {
-			return err
+	return nil
+}
+
+// classifier opens the inbox and returns the classifier of --handler or --route; closeDB closes
+// the inbox.
+func (o *redriveOptions) classifier(ctx context.Context, e env, timeout time.Duration) (cl *classifier, closeDB func(), err error) {
+	cc := classifierConfig{handler: o.handler, types: inboxhandler.RouterConfig{TypeAttribute: o.typeAttr, TypeField: o.typeField},
+		allowOld: o.allowOld, dryRun: o.dryRun, keepApplied: o.keepApplied}
+	if o.handler != "" {
+		if err := inbox.ValidateHandler(o.handler); err != nil {
+			return nil, nil, fmt.Errorf("%w: --handler: %w", errUsage, err)
 		}
 	}
-	if *mode == "copy" && *to == "" {
-		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
+	if cc.routes, err = parseRoutes(o.routes); err != nil {
+		return nil, nil, fmt.Errorf("--route: %w", err)
 	}
-	c, err := sqsClient(ctx, fs.timeout)
+	if cc.key, err = parseKeyFlag(o.keyFlag); err != nil {
+		return nil, nil, err
+	}
+	if cc.retention, err = o.cf.inboxRetention(); err != nil {
+		return nil, nil, err
+	}
+	if err := sqlident.Validate("--schema", o.db.schema); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if cc.payloads, err = o.cf.payloadReader(ctx, e.getenv, timeout); err != nil {
+		return nil, nil, err
+	}
+	ib, closeDB, err := o.db.openInbox(ctx, timeout)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	fromURL, err := queueURL(ctx, c, *from)
-	if err != nil {
-		return err
+	if cl, err = o.db.newClassifier(ctx, ib, cc); err != nil {
+		closeDB()
+		return nil, nil, err
 	}
-	toURL := ""
-	if *to != "" {
-		if toURL, err = queueURL(ctx, c, *to); err != nil {
-			return err
-		}
+	return cl, closeDB, nil
+}
+
+// tryMoveTask runs the move task of --mode auto or move-task. done is false when the server has
+// no move tasks and mode auto falls back to copying, which it says on stderr.
+func tryMoveTask(ctx context.Context, e env, c *sqs.Client, fromURL, toURL, mode string) (done bool, err error) {
+	err = moveTask(ctx, e, c, fromURL, toURL)
+	switch {
+	case err == nil:
+		return true, nil
+	case !unsupported(err):
+		return true, fmt.Errorf("move task: %s", apiError(err))
+	case mode == "move-task":
+		return true, fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
+			"use --mode copy (with --to), or --mode auto to fall back to it", sqsEndpoint(c))
+	case toURL == "":
+		return true, fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
+			"give --to to copy message by message instead", sqsEndpoint(c))
 	}
-	if *mode != "copy" {
-		err := moveTask(ctx, e, c, fromURL, toURL)
-		switch {
-		case err == nil:
-			return nil
-		case !unsupported(err):
-			return fmt.Errorf("move task: %s", apiError(err))
-		case *mode == "move-task":
-			return fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
-				"use --mode copy (with --to), or --mode auto to fall back to it", sqsEndpoint(c))
-		case toURL == "":
-			return fmt.Errorf("the SQS server at %s does not support message move tasks (StartMessageMoveTask); "+
-				"give --to to copy message by message instead", sqsEndpoint(c))
-		}
-		fmt.Fprintf(e.stderr, "the SQS server has no message move tasks (StartMessageMoveTask); copying message by message\n")
-	}
-	return copyMessages(ctx, e, c, fromURL, toURL, *maxN, *rate, cl)
+	fmt.Fprintf(e.stderr, "the SQS server has no message move tasks (StartMessageMoveTask); copying message by message\n")
+	return false, nil
 }
 
 // unsupported tells "this server does not have the API" from a real failure.
@@ -242,54 +288,33 @@ func moveTask(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string) 
 func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL string, maxN int, rate float64, cl *classifier) error {
 	p := newProgress(e.stderr)
 	defer p.done()
-	moved, handled, empty := 0, 0, 0
-	var left []string // receipt handles of the messages left in the DLQ, made visible again at the end
-	defer func() {
-		for _, h := range left {
-			_, _ = c.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
-				QueueUrl: aws.String(fromURL), ReceiptHandle: aws.String(h), VisibilityTimeout: 0})
-		}
-	}()
-	pace := newPacer(rate)
-	limit := queueMaxBytes(ctx, c, toURL, e.stderr) // a copy over it would be refused: left, and said
+	cp := &copier{e: e, c: c, fromURL: fromURL, toURL: toURL, maxN: maxN, cl: cl, p: p, pace: newPacer(rate),
+		seen: map[string]bool{}, held: map[string]bool{},
+		fifo: strings.HasSuffix(toURL, ".fifo"), fifoFrom: strings.HasSuffix(fromURL, ".fifo")}
+	defer cp.release(ctx)
+	cp.limit = queueMaxBytes(ctx, c, toURL, e.stderr) // a copy over it would be refused: left, and said
 	if cl != nil {
 		cl.destination(ctx, c, toURL, e.stderr)
 	}
-	tooBig, behind := 0, 0
-	seen := map[string]bool{} // the messages this run has handled, by MessageId
-	held := map[string]bool{} // FIFO groups with a message left in the DLQ: the rest of each stays too
-	var heldSince time.Time   // when this run first found messages in flight in an empty-looking DLQ
-	fifo := strings.HasSuffix(toURL, ".fifo")
-	fifoFrom := strings.HasSuffix(fromURL, ".fifo")
-	for empty < 2 && (maxN == 0 || handled < maxN) {
+	empty := 0
+	for empty < 2 && (maxN == 0 || cp.handled < maxN) {
 		if ctx.Err() != nil {
 			p.done()
 			fmt.Fprintf(e.stdout, "interrupted: moved %s from %s to %s as copies: their retention period starts again\n",
-				plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
+				plural(cp.moved, "message"), lastPart(fromURL), lastPart(toURL))
 			return ctx.Err()
 		}
-		n := int32(10)
-		if maxN > 0 {
-			n = int32(min(10, maxN-handled))
-		}
-		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(fromURL),
-			MaxNumberOfMessages:         n,
-			WaitTimeSeconds:             1,
-			VisibilityTimeout:           int32(redriveHold / time.Second),
-			MessageAttributeNames:       []string{"All"},
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-		})
+		msgs, err := cp.receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				continue
 			}
-			return fmt.Errorf("receive from %s: %s", lastPart(fromURL), apiError(err))
+			return err
 		}
-		if len(out.Messages) == 0 || allSeen(seen, out.Messages) {
+		if len(msgs) == 0 || allSeen(cp.seen, msgs) {
 			// Empty, or only messages this run left in the DLQ, visible again after a long run.
 			empty++
-			if empty == 2 && waitHeld(ctx, e, c, fromURL, len(left), &heldSince, p) {
+			if empty == 2 && waitHeld(ctx, e, c, fromURL, len(cp.left), &cp.heldSince, p) {
 				empty = 0
 			}
 			continue
@@ -297,103 +322,194 @@ func copyMessages(ctx context.Context, e env, c *sqs.Client, fromURL, toURL stri
 		empty = 0
 		// The batch in hand is finished even if an interrupt arrives now.
 		bctx := context.WithoutCancel(ctx)
-		for _, m := range out.Messages {
-			id, group := aws.ToString(m.MessageId), m.Attributes["MessageGroupId"]
-			if seen[id] || (maxN > 0 && handled >= maxN) {
-				left = append(left, aws.ToString(m.ReceiptHandle)) // left once already, and counted; or past --max
-				continue
-			}
-			seen[id] = true
-			if err := pace.wait(ctx); err != nil {
-				left = append(left, aws.ToString(m.ReceiptHandle))
-				continue
-			}
-			handled++
-			// leave keeps m in the DLQ; on a FIFO DLQ its group's later messages stay behind it.
-			leave := func() {
-				left = append(left, aws.ToString(m.ReceiptHandle))
-				if fifoFrom {
-					held[group] = true
-				}
-			}
-			if fifoFrom && held[group] {
-				leave()
-				behind++
-				if cl != nil {
-					cl.count(classLeave, id, "behind a message of its FIFO group left in the DLQ: moved, it would overtake it")
-				}
-				continue
-			}
-			if size := messageBytes(m); size > limit {
-				leave()
-				tooBig++
-				if cl != nil {
-					cl.count(classLeave, id, fmt.Sprintf("%d bytes, over %s's MaximumMessageSize of %d", size, lastPart(toURL), limit))
-				}
-				continue
-			}
-			if cl != nil {
-				switch cl.classify(bctx, m) {
-				case classLeave:
-					leave()
-					continue
-				case classApplied:
-					if cl.dryRun || cl.keepApplied {
-						left = append(left, aws.ToString(m.ReceiptHandle)) // applied already: its group may go on
-						continue
-					}
-					if _, err := c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
-						return fmt.Errorf("delete an applied message from %s: %s", lastPart(fromURL), apiError(err))
-					}
-					p.update("%s", cl.progress())
-					continue
-				case classMove:
-					if cl.dryRun {
-						left = append(left, aws.ToString(m.ReceiptHandle))
-						continue
-					}
-				}
-			}
-			in := &sqs.SendMessageInput{
-				QueueUrl:          aws.String(toURL),
-				MessageBody:       m.Body,
-				MessageAttributes: m.MessageAttributes,
-			}
-			if fifo {
-				in.MessageGroupId = aws.String(group)
-				in.MessageDeduplicationId = aws.String(redriveDedupID(m))
-			}
-			if _, err := c.SendMessage(bctx, in); err != nil {
-				return fmt.Errorf("send to %s after moving %d: %s (the message stays in the DLQ)", lastPart(toURL), moved, apiError(err))
-			}
-			if _, err := c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				return fmt.Errorf("delete from %s after sending: %s (the message is now in both queues; the inbox deduplicates it)", lastPart(fromURL), apiError(err))
-			}
-			moved++
-			if cl != nil {
-				p.update("%s", cl.progress())
-			} else {
-				p.update("moved %d messages", moved)
+		for _, m := range msgs {
+			if err := cp.handle(ctx, bctx, m); err != nil {
+				return err
 			}
 		}
 	}
 	p.done()
-	if cl != nil {
-		cl.report(e.stdout, fromURL, toURL)
-		if cl.dryRun {
-			return nil
+	cp.report()
+	return nil
+}
+
+// copier is copyMessages's state: the queues, the counts, and the messages it leaves in the DLQ.
+type copier struct {
+	e              env
+	c              *sqs.Client
+	fromURL, toURL string
+	maxN           int
+	cl             *classifier // nil: every message moves
+	p              *progress
+	pace           *pacer
+	limit          int // the queue's MaximumMessageSize
+	fifo, fifoFrom bool
+
+	moved, handled, tooBig, behind int
+	left                           []string        // receipt handles of the messages left in the DLQ, made visible again at the end
+	seen                           map[string]bool // the messages this run has handled, by MessageId
+	held                           map[string]bool // FIFO groups with a message left in the DLQ: the rest of each stays too
+	heldSince                      time.Time       // when this run first found messages in flight in an empty-looking DLQ
+}
+
+// release makes the messages left in the DLQ visible again.
+func (cp *copier) release(ctx context.Context) {
+	for _, h := range cp.left {
+		_, _ = cp.c.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(cp.fromURL), ReceiptHandle: aws.String(h), VisibilityTimeout: 0})
+	}
+}
+
+// receive receives the next batch from the DLQ, no more than --max leaves to handle.
+func (cp *copier) receive(ctx context.Context) ([]types.Message, error) {
+	n := int32(10)
+	if cp.maxN > 0 {
+		n = int32(min(10, cp.maxN-cp.handled))
+	}
+	out, err := cp.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(cp.fromURL),
+		MaxNumberOfMessages:         n,
+		WaitTimeSeconds:             1,
+		VisibilityTimeout:           int32(redriveHold / time.Second),
+		MessageAttributeNames:       []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receive from %s: %s", lastPart(cp.fromURL), apiError(err))
+	}
+	return out.Messages, nil
+}
+
+// keep leaves m in the DLQ.
+func (cp *copier) keep(m types.Message) {
+	cp.left = append(cp.left, aws.ToString(m.ReceiptHandle))
+}
+
+// leave keeps m in the DLQ; on a FIFO DLQ its group's later messages stay behind it.
+func (cp *copier) leave(m types.Message) {
+	cp.keep(m)
+	if cp.fifoFrom {
+		cp.held[m.Attributes["MessageGroupId"]] = true
+	}
+}
+
+// handle moves m, deletes it as applied, or leaves it in the DLQ. ctx paces; bctx, which an
+// interrupt does not end, carries the calls that act on m.
+func (cp *copier) handle(ctx, bctx context.Context, m types.Message) error {
+	id := aws.ToString(m.MessageId)
+	if cp.seen[id] || (cp.maxN > 0 && cp.handled >= cp.maxN) {
+		cp.keep(m) // left once already, and counted; or past --max
+		return nil
+	}
+	cp.seen[id] = true
+	if err := cp.pace.wait(ctx); err != nil {
+		cp.keep(m)
+		return nil
+	}
+	cp.handled++
+	if cp.stays(m) {
+		return nil
+	}
+	if cp.cl != nil {
+		if done, err := cp.classified(bctx, m); done || err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(e.stdout, "moved %s from %s to %s as copies: their retention period starts again now\n",
-		plural(moved, "message"), lastPart(fromURL), lastPart(toURL))
-	if cl == nil && tooBig > 0 {
-		fmt.Fprintf(e.stdout, "left %s in %s: over %s's MaximumMessageSize of %d bytes\n", plural(tooBig, "message"), lastPart(fromURL),
-			lastPart(toURL), limit)
+	return cp.move(bctx, m)
+}
+
+// stays leaves m in the DLQ, counted, when it is behind a message of its FIFO group left there
+// or over the queue's MaximumMessageSize, and reports whether it did.
+func (cp *copier) stays(m types.Message) bool {
+	id, group := aws.ToString(m.MessageId), m.Attributes["MessageGroupId"]
+	if cp.fifoFrom && cp.held[group] {
+		cp.leave(m)
+		cp.behind++
+		if cp.cl != nil {
+			cp.cl.count(classLeave, id, "behind a message of its FIFO group left in the DLQ: moved, it would overtake it")
+		}
+		return true
 	}
-	if cl == nil && behind > 0 {
-		fmt.Fprintf(e.stdout, "left %s in %s: behind a message of their FIFO group left there\n", plural(behind, "message"), lastPart(fromURL))
+	if size := messageBytes(m); size > cp.limit {
+		cp.leave(m)
+		cp.tooBig++
+		if cp.cl != nil {
+			cp.cl.count(classLeave, id, fmt.Sprintf("%d bytes, over %s's MaximumMessageSize of %d", size, lastPart(cp.toURL), cp.limit))
+		}
+		return true
+	}
+	return false
+}
+
+// classified acts on the classifier's class of m: it leaves m, deletes it as applied, or, in a
+// dry run, only counts it. done is false when m is to be moved.
+func (cp *copier) classified(bctx context.Context, m types.Message) (done bool, err error) {
+	cl := cp.cl
+	switch cl.classify(bctx, m) {
+	case classLeave:
+		cp.leave(m)
+		return true, nil
+	case classApplied:
+		if cl.dryRun || cl.keepApplied {
+			cp.keep(m) // applied already: its group may go on
+			return true, nil
+		}
+		if _, err := cp.c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(cp.fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+			return true, fmt.Errorf("delete an applied message from %s: %s", lastPart(cp.fromURL), apiError(err))
+		}
+		cp.p.update("%s", cl.progress())
+		return true, nil
+	case classMove:
+		if cl.dryRun {
+			cp.keep(m)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// move sends a copy of m to the queue, then deletes m from the DLQ.
+func (cp *copier) move(bctx context.Context, m types.Message) error {
+	in := &sqs.SendMessageInput{
+		QueueUrl:          aws.String(cp.toURL),
+		MessageBody:       m.Body,
+		MessageAttributes: m.MessageAttributes,
+	}
+	if cp.fifo {
+		in.MessageGroupId = aws.String(m.Attributes["MessageGroupId"])
+		in.MessageDeduplicationId = aws.String(redriveDedupID(m))
+	}
+	if _, err := cp.c.SendMessage(bctx, in); err != nil {
+		return fmt.Errorf("send to %s after moving %d: %s (the message stays in the DLQ)", lastPart(cp.toURL), cp.moved, apiError(err))
+	}
+	if _, err := cp.c.DeleteMessage(bctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(cp.fromURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+		return fmt.Errorf("delete from %s after sending: %s (the message is now in both queues; the inbox deduplicates it)", lastPart(cp.fromURL), apiError(err))
+	}
+	cp.moved++
+	if cp.cl != nil {
+		cp.p.update("%s", cp.cl.progress())
+	} else {
+		cp.p.update("moved %d messages", cp.moved)
 	}
 	return nil
+}
+
+// report says what the run did: the classifier's report, or the count moved and the ones left.
+func (cp *copier) report() {
+	from, to, out := lastPart(cp.fromURL), lastPart(cp.toURL), cp.e.stdout
+	if cp.cl != nil {
+		cp.cl.report(out, cp.fromURL, cp.toURL)
+		if cp.cl.dryRun {
+			return
+		}
+	}
+	fmt.Fprintf(out, "moved %s from %s to %s as copies: their retention period starts again now\n", plural(cp.moved, "message"), from, to)
+	if cp.cl == nil && cp.tooBig > 0 {
+		fmt.Fprintf(out, "left %s in %s: over %s's MaximumMessageSize of %d bytes\n", plural(cp.tooBig, "message"), from, to, cp.limit)
+	}
+	if cp.cl == nil && cp.behind > 0 {
+		fmt.Fprintf(out, "left %s in %s: behind a message of their FIFO group left there\n", plural(cp.behind, "message"), from)
+	}
 }
 
 // redriveDedupID is the MessageDeduplicationId of a FIFO message's copy: derived from its

@@ -30,6 +30,56 @@ const defaultMaxBytes = 256 * 1024
 const maxMessageBytes = 1 << 20
 
 func runSend(ctx context.Context, e env, args []string) error {
+	fs, o := sendFlags(e)
+	words, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	s, err := o.check()
+	if err != nil {
+		return err
+	}
+	in, closeIn, err := s.input(e, words)
+	if err != nil {
+		return err
+	}
+	defer closeIn()
+	// The destination, and its limit, before any line is read: a line over it sends nothing.
+	d, err := o.destination(ctx, e, fs.timeout)
+	if err != nil {
+		return err
+	}
+	if err := s.setLimit(ctx, fs.timeout, d); err != nil {
+		return err
+	}
+	// Read and check every line first, so a bad line sends nothing.
+	if err := readLines(in, s.readLimit, func(line int, b []byte, n int) error { return s.add(ctx, line, b, n) }); err != nil {
+		return err
+	}
+	if s.dedup.literal() && s.lines > 1 {
+		return fmt.Errorf("%w: --dedup-id %q gives all %d lines one deduplication id, so SQS would drop all but the first; use --dedup-id key or field:NAME",
+			errUsage, o.dedupID, s.lines)
+	}
+	tr, err := startTracing(ctx, e, o.topic, d.url)
+	if err != nil {
+		return err
+	}
+	defer tr.flush(ctx)
+	return sendAll(ctx, e, d, s, o, tr)
+}
+
+// sendOptions are send's flags.
+type sendOptions struct {
+	queue, topic, keyField, groupID, dedupID, offBucket string
+	repeat, maxBytes, offMax                            int
+	rate                                                float64
+	allowNoKey, offAlways, raw                          bool
+	attrSpecs                                           attrFlags
+}
+
+// sendFlags is send's flag set, and the options its flags set.
+func sendFlags(e env) (*flags, *sendOptions) {
+	o := &sendOptions{}
 	fs := newFlags(e, "send", "send --queue QUEUE|--topic-arn ARN [flags] [FILE]",
 		"  echo '{\"id\":\"evt_9f3k\",\"order_id\":\"o-1\"}' | sqsinbox send --queue warehouse\n"+
 			"  sqsinbox send --queue warehouse --repeat 3 --rate 100 events.jsonl   # each event 3 times, 100 msgs/s\n"+
@@ -60,247 +110,291 @@ func runSend(ctx context.Context, e env, args []string) error {
 			"libraries: workers fetch it back (SQSINBOX_PAYLOAD_BUCKETS). A line is at most\n"+
 			"--offload-max-bytes then. Objects are never deleted by sqsinbox: the bucket's lifecycle\n"+
 			"rule expires them.\n\n"+traceEnvHelp)
-	queue := fs.String("queue", "", "queue name or URL (this or --topic-arn is required)")
-	topic := fs.String("topic-arn", "", "publish to this SNS topic instead of sending to a queue")
-	repeat := fs.Int("repeat", 1, "send each line this many times (duplicates on purpose)")
-	rate := fs.Float64("rate", 0, "at most this many messages per second (0: no limit)")
-	keyField := fs.String("key-field", "id", "top-level JSON field whose value becomes the event_id attribute")
-	allowNoKey := fs.Bool("allow-no-key", false, "send lines without the key field (no event_id attribute) instead of refusing them")
-	maxBytes := fs.Int("max-bytes", 0, "the largest message sent, body and attributes, in bytes (0: the queue's or topic's MaximumMessageSize)")
-	groupID := fs.String("group-id", "", "MessageGroupId: a literal, key (the event key) or field:NAME; required for FIFO, a fair-queue tenant on a standard queue")
-	dedupID := fs.String("dedup-id", "", "FIFO MessageDeduplicationId: a literal, key (the event key) or field:NAME")
-	offBucket := fs.String("offload-bucket", "", "put lines over the message limit in this S3 bucket and send pointers to them")
-	offAlways := fs.Bool("offload-always", false, "with --offload-bucket, offload every line, whatever its size")
-	offMax := fs.Int("offload-max-bytes", s3payload.DefaultMaxPayload, "with --offload-bucket, the largest line sent")
-	var attrSpecs attrFlags
-	fs.Var(&attrSpecs, "attr", "a message attribute on every message, NAME=VALUE or NAME:Number=VALUE (repeatable), e.g. type=OrderPaid")
-	raw := fs.Bool("raw", false, "send lines that are not JSON as they are (a poison message, to try the DLQ path); those go without event_id")
-	words, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if *repeat < 1 || *rate < 0 {
-		return fmt.Errorf("%w: --repeat must be at least 1 and --rate not negative", errUsage)
+	fs.StringVar(&o.queue, "queue", "", "queue name or URL (this or --topic-arn is required)")
+	fs.StringVar(&o.topic, "topic-arn", "", "publish to this SNS topic instead of sending to a queue")
+	fs.IntVar(&o.repeat, "repeat", 1, "send each line this many times (duplicates on purpose)")
+	fs.Float64Var(&o.rate, "rate", 0, "at most this many messages per second (0: no limit)")
+	fs.StringVar(&o.keyField, "key-field", "id", "top-level JSON field whose value becomes the event_id attribute")
+	fs.BoolVar(&o.allowNoKey, "allow-no-key", false, "send lines without the key field (no event_id attribute) instead of refusing them")
+	fs.IntVar(&o.maxBytes, "max-bytes", 0, "the largest message sent, body and attributes, in bytes (0: the queue's or topic's MaximumMessageSize)")
+	fs.StringVar(&o.groupID, "group-id", "", "MessageGroupId: a literal, key (the event key) or field:NAME; required for FIFO, a fair-queue tenant on a standard queue")
+	fs.StringVar(&o.dedupID, "dedup-id", "", "FIFO MessageDeduplicationId: a literal, key (the event key) or field:NAME")
+	fs.StringVar(&o.offBucket, "offload-bucket", "", "put lines over the message limit in this S3 bucket and send pointers to them")
+	fs.BoolVar(&o.offAlways, "offload-always", false, "with --offload-bucket, offload every line, whatever its size")
+	fs.IntVar(&o.offMax, "offload-max-bytes", s3payload.DefaultMaxPayload, "with --offload-bucket, the largest line sent")
+	fs.Var(&o.attrSpecs, "attr", "a message attribute on every message, NAME=VALUE or NAME:Number=VALUE (repeatable), e.g. type=OrderPaid")
+	fs.BoolVar(&o.raw, "raw", false, "send lines that are not JSON as they are (a poison message, to try the DLQ path); those go without event_id")
+	return fs, o
+}
+
+// check validates the flags, before anything is read or sent, and returns the line reader they
+// make.
+func (o *sendOptions) check() (*sendLines, error) {
+	if o.repeat < 1 || o.rate < 0 {
+		return nil, fmt.Errorf("%w: --repeat must be at least 1 and --rate not negative", errUsage)
 	}
 	switch {
-	case *queue == "" && *topic == "":
-		return fmt.Errorf("%w: --queue is required (or --topic-arn to publish to an SNS topic)", errUsage)
-	case *queue != "" && *topic != "":
-		return fmt.Errorf("%w: --queue and --topic-arn exclude each other: send to a queue or publish to a topic", errUsage)
-	case *topic != "" && !isTopicARN(*topic):
-		return fmt.Errorf("%w: --topic-arn %q is not an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)", errUsage, *topic)
+	case o.queue == "" && o.topic == "":
+		return nil, fmt.Errorf("%w: --queue is required (or --topic-arn to publish to an SNS topic)", errUsage)
+	case o.queue != "" && o.topic != "":
+		return nil, fmt.Errorf("%w: --queue and --topic-arn exclude each other: send to a queue or publish to a topic", errUsage)
+	case o.topic != "" && !isTopicARN(o.topic):
+		return nil, fmt.Errorf("%w: --topic-arn %q is not an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)", errUsage, o.topic)
 	}
-	if *maxBytes < 0 || *maxBytes > maxMessageBytes {
-		return fmt.Errorf("%w: --max-bytes %d: want 1 to 1048576 (1 MiB, the largest SQS and SNS accept), or 0 for the destination's own", errUsage, *maxBytes)
+	if o.maxBytes < 0 || o.maxBytes > maxMessageBytes {
+		return nil, fmt.Errorf("%w: --max-bytes %d: want 1 to 1048576 (1 MiB, the largest SQS and SNS accept), or 0 for the destination's own", errUsage, o.maxBytes)
 	}
-	dest, kind := *queue, "queue"
-	if *topic != "" {
-		dest, kind = topicName(*topic), "topic"
+	dest, kind := o.queue, "queue"
+	if o.topic != "" {
+		dest, kind = topicName(o.topic), "topic"
 	}
 	fifo := strings.HasSuffix(dest, ".fifo")
 	switch {
-	case fifo && *groupID == "":
-		return fmt.Errorf("%w: %s is a FIFO %s: pass --group-id (a literal, key or field:NAME)", errUsage, lastPart(dest), kind)
-	case !fifo && *dedupID != "":
-		return fmt.Errorf("%w: --dedup-id is for FIFO queues and topics (their names end in .fifo)", errUsage)
+	case fifo && o.groupID == "":
+		return nil, fmt.Errorf("%w: %s is a FIFO %s: pass --group-id (a literal, key or field:NAME)", errUsage, lastPart(dest), kind)
+	case !fifo && o.dedupID != "":
+		return nil, fmt.Errorf("%w: --dedup-id is for FIFO queues and topics (their names end in .fifo)", errUsage)
 	}
-	attrs, attrsSize, err := parseAttrs(attrSpecs, "event_id")
+	s := &sendLines{o: o}
+	var err error
+	if s.attrs, s.attrsSize, err = parseAttrs(o.attrSpecs, "event_id"); err != nil {
+		return nil, err
+	}
+	if s.group, err = newFIFOID("--group-id", "MessageGroupId", o.groupID); err != nil {
+		return nil, err
+	}
+	if s.dedup, err = newFIFOID("--dedup-id", "MessageDeduplicationId", o.dedupID); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// sendDest is where send sends or publishes, and the largest message it takes.
+type sendDest struct {
+	send   func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error
+	target string
+	url    string // the queue's; "" for a topic
+	verb   string
+	limit  int
+	whose  string // what sets limit, for the error of a line over it
+}
+
+// destination connects to the queue or topic and reads its MaximumMessageSize.
+func (o *sendOptions) destination(ctx context.Context, e env, timeout time.Duration) (*sendDest, error) {
+	d := &sendDest{verb: "sent"}
+	if o.topic != "" {
+		c, err := snsClient(ctx, timeout)
+		if err != nil {
+			return nil, err
+		}
+		d.limit = topicMaxBytes(ctx, c, o.topic, e.stderr)
+		pub := &publisher{c: c, topicARN: o.topic, stderr: e.stderr}
+		d.send, d.target, d.verb, d.whose = pub.publish, topicName(o.topic), "published", "the topic's"
+		return d, nil
+	}
+	c, err := sqsClient(ctx, timeout)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	group, err := newFIFOID("--group-id", "MessageGroupId", *groupID)
+	url, err := queueURL(ctx, c, o.queue)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dedup, err := newFIFOID("--dedup-id", "MessageDeduplicationId", *dedupID)
-	if err != nil {
-		return err
+	d.url, d.limit = url, queueMaxBytes(ctx, c, url, e.stderr)
+	d.send = func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error {
+		return sendBatch(ctx, c, url, batch)
 	}
-	in := e.stdin
-	name := "stdin"
+	d.target, d.whose = lastPart(url), "the queue's"
+	return d, nil
+}
+
+// sendLines reads the input's lines into the messages to send, each checked against the limit.
+type sendLines struct {
+	o            *sendOptions
+	attrs        map[string]types.MessageAttributeValue
+	attrsSize    int
+	group, dedup fifoID
+
+	name      string // the input's, for errors
+	limit     int    // a message's, attributes included
+	readLimit int    // a line's: limit, or --offload-max-bytes
+	limitText string
+	off       *offloader
+
+	entries []types.SendMessageBatchRequestEntry
+	sizes   []int
+	lineOf  []int // each entry's line number
+	lines   int
+}
+
+// input opens the FILE word, or stdin without one (or with -); closeIn closes it.
+func (s *sendLines) input(e env, words []string) (in io.Reader, closeIn func(), err error) {
+	in, s.name = e.stdin, "stdin"
 	if len(words) > 1 {
-		return fmt.Errorf("%w: at most one input file", errUsage)
+		return nil, nil, fmt.Errorf("%w: at most one input file", errUsage)
 	}
 	if len(words) == 1 && words[0] != "-" {
 		f, err := os.Open(words[0])
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		defer f.Close()
-		in, name = f, words[0]
+		s.name = words[0]
+		return f, func() { _ = f.Close() }, nil
 	}
-	// The destination, and its limit, before any line is read: a line over it sends nothing.
-	var (
-		send   func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error
-		target string
-		url    string
-		verb   = "sent"
-		limit  int
-		whose  string // what sets limit, for the error of a line over it
-	)
-	if *topic != "" {
-		c, err := snsClient(ctx, fs.timeout)
-		if err != nil {
-			return err
-		}
-		limit = topicMaxBytes(ctx, c, *topic, e.stderr)
-		pub := &publisher{c: c, topicARN: *topic, stderr: e.stderr}
-		send, target, verb, whose = pub.publish, topicName(*topic), "published", "the topic's"
-	} else {
-		c, err := sqsClient(ctx, fs.timeout)
-		if err != nil {
-			return err
-		}
-		url, err = queueURL(ctx, c, *queue)
-		if err != nil {
-			return err
-		}
-		limit = queueMaxBytes(ctx, c, url, e.stderr)
-		send = func(ctx context.Context, batch []types.SendMessageBatchRequestEntry) error {
-			return sendBatch(ctx, c, url, batch)
-		}
-		target, whose = lastPart(url), "the queue's"
-	}
+	return in, func() {}, nil
+}
+
+// setLimit sets the message and line limits: d's MaximumMessageSize, or --max-bytes below it,
+// and --offload-max-bytes for a line when --offload-bucket is set.
+func (s *sendLines) setLimit(ctx context.Context, timeout time.Duration, d *sendDest) error {
+	o := s.o
 	switch {
-	case *maxBytes > limit:
+	case o.maxBytes > d.limit:
 		return fmt.Errorf("%w: --max-bytes %d is over %s MaximumMessageSize, %s: %s %s would refuse such a message; raise its MaximumMessageSize first",
-			errUsage, *maxBytes, whose, bytesText(limit), strings.TrimSuffix(whose, "'s"), target)
-	case *maxBytes > 0:
-		limit, whose = *maxBytes, "--max-bytes"
+			errUsage, o.maxBytes, d.whose, bytesText(d.limit), strings.TrimSuffix(d.whose, "'s"), d.target)
+	case o.maxBytes > 0:
+		d.limit, d.whose = o.maxBytes, "--max-bytes"
 	default:
-		whose += " MaximumMessageSize"
+		d.whose += " MaximumMessageSize"
 	}
-	limitText := fmt.Sprintf("%s message limit (%s)", bytesText(limit), whose)
-	off, err := newOffloader(ctx, fs.timeout, *offBucket, *offAlways, *offMax, limit)
+	s.limit, s.readLimit = d.limit, d.limit
+	s.limitText = fmt.Sprintf("%s message limit (%s)", bytesText(d.limit), d.whose)
+	off, err := newOffloader(ctx, timeout, o.offBucket, o.offAlways, o.offMax, d.limit)
 	if err != nil {
 		return err
 	}
-	readLimit := limit
-	if off != nil {
-		readLimit, limitText = *offMax, fmt.Sprintf("%s line limit (--offload-max-bytes)", bytesText(*offMax))
+	if s.off = off; off != nil {
+		s.readLimit, s.limitText = o.offMax, fmt.Sprintf("%s line limit (--offload-max-bytes)", bytesText(o.offMax))
 	}
-	// Read and check every line first, so a bad line sends nothing.
-	var (
-		entries []types.SendMessageBatchRequestEntry
-		sizes   []int
-		lineOf  []int // each entry's line number
-		lines   int
-	)
-	err = readLines(in, readLimit, func(line int, b []byte, n int) error {
-		if n == 0 {
-			return nil
-		}
-		if b == nil {
-			return fmt.Errorf("%s line %d: %d bytes, over the %s", name, line, n, limitText)
-		}
-		isJSON := json.Valid(b)
-		if !isJSON && !*raw {
-			return fmt.Errorf("%s line %d: not valid JSON (use --raw to send it as it is)", name, line)
-		}
-		entry := types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(b))}
-		// SQS counts an attribute's name, type and value in the message's size.
-		size := len(b) + attrsSize
-		if attrs != nil {
-			entry.MessageAttributes = maps.Clone(attrs)
-		}
-		key, err := inbox.KeyFromJSONField(b, *keyField)
-		switch {
-		case err == nil:
-			if entry.MessageAttributes == nil {
-				entry.MessageAttributes = map[string]types.MessageAttributeValue{}
-			}
-			entry.MessageAttributes["event_id"] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(key)}
-			size += len("event_id") + len("String") + len(key)
-		case !isJSON:
-			// --raw: a body that is not JSON has no key field.
-		case !*allowNoKey:
-			return fmt.Errorf("%s line %d: %w (use --allow-no-key to send it without an event_id)", name, line, err)
-		}
-		if off != nil && (off.always || size > limit) {
-			if size, err = off.put(ctx, &entry, key, b); err != nil {
-				return fmt.Errorf("%s line %d: %w", name, line, err)
-			}
-		}
-		if size > limit {
-			with := "its event_id attribute"
-			if attrs != nil {
-				with = "its attributes"
-			}
-			return fmt.Errorf("%s line %d: %d bytes with %s, over the %s", name, line, size, with, limitText)
-		}
-		if entry.MessageGroupId, err = group.of(b, key); err != nil {
-			return fmt.Errorf("%s line %d: %w", name, line, err)
-		}
-		if entry.MessageDeduplicationId, err = dedup.of(b, key); err != nil {
-			return fmt.Errorf("%s line %d: %w", name, line, err)
-		}
-		lines++
-		for range *repeat {
-			entries = append(entries, entry)
-			sizes = append(sizes, size)
-			lineOf = append(lineOf, line)
-		}
+	return nil
+}
+
+// add is readLines's callback: it checks line number line (b, of n bytes; nil when over the
+// read limit) and adds its message --repeat times. An empty line is skipped.
+func (s *sendLines) add(ctx context.Context, line int, b []byte, n int) error {
+	if n == 0 {
 		return nil
-	})
+	}
+	if b == nil {
+		return fmt.Errorf("%s line %d: %d bytes, over the %s", s.name, line, n, s.limitText)
+	}
+	entry, key, size, err := s.message(ctx, line, b)
 	if err != nil {
 		return err
 	}
-	if dedup.literal() && lines > 1 {
-		return fmt.Errorf("%w: --dedup-id %q gives all %d lines one deduplication id, so SQS would drop all but the first; use --dedup-id key or field:NAME",
-			errUsage, *dedupID, lines)
+	if entry.MessageGroupId, err = s.group.of(b, key); err != nil {
+		return fmt.Errorf("%s line %d: %w", s.name, line, err)
 	}
-	tr, err := startTracing(ctx, e, *topic, url)
-	if err != nil {
-		return err
+	if entry.MessageDeduplicationId, err = s.dedup.of(b, key); err != nil {
+		return fmt.Errorf("%s line %d: %w", s.name, line, err)
 	}
-	defer tr.flush(ctx)
+	s.lines++
+	for range s.o.repeat {
+		s.entries = append(s.entries, entry)
+		s.sizes = append(s.sizes, size)
+		s.lineOf = append(s.lineOf, line)
+	}
+	return nil
+}
+
+// message is line b's message, with its attributes and event key, offloaded when it must be,
+// and its size as SQS counts it.
+func (s *sendLines) message(ctx context.Context, line int, b []byte) (types.SendMessageBatchRequestEntry, string, int, error) {
+	var none types.SendMessageBatchRequestEntry
+	isJSON := json.Valid(b)
+	if !isJSON && !s.o.raw {
+		return none, "", 0, fmt.Errorf("%s line %d: not valid JSON (use --raw to send it as it is)", s.name, line)
+	}
+	entry := types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(b))}
+	// SQS counts an attribute's name, type and value in the message's size.
+	size := len(b) + s.attrsSize
+	if s.attrs != nil {
+		entry.MessageAttributes = maps.Clone(s.attrs)
+	}
+	key, err := inbox.KeyFromJSONField(b, s.o.keyField)
+	switch {
+	case err == nil:
+		if entry.MessageAttributes == nil {
+			entry.MessageAttributes = map[string]types.MessageAttributeValue{}
+		}
+		entry.MessageAttributes["event_id"] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(key)}
+		size += len("event_id") + len("String") + len(key)
+	case !isJSON:
+		// --raw: a body that is not JSON has no key field.
+	case !s.o.allowNoKey:
+		return none, "", 0, fmt.Errorf("%s line %d: %w (use --allow-no-key to send it without an event_id)", s.name, line, err)
+	}
+	if s.off != nil && (s.off.always || size > s.limit) {
+		if size, err = s.off.put(ctx, &entry, key, b); err != nil {
+			return none, "", 0, fmt.Errorf("%s line %d: %w", s.name, line, err)
+		}
+	}
+	if size > s.limit {
+		with := "its event_id attribute"
+		if s.attrs != nil {
+			with = "its attributes"
+		}
+		return none, "", 0, fmt.Errorf("%s line %d: %d bytes with %s, over the %s", s.name, line, size, with, s.limitText)
+	}
+	return entry, key, size, nil
+}
+
+// sendAll sends the messages in batches of up to ten, at most --rate a second, and reports how
+// many it sent.
+func sendAll(ctx context.Context, e env, d *sendDest, s *sendLines, o *sendOptions, tr *sendTracing) error {
 	p := newProgress(e.stderr)
 	start := time.Now()
-	sent := 0
+	sent, total := 0, len(s.entries)
 	// ready are the next messages, their spans started (the ones the last batch could not
 	// carry once their trace headers were in): prepared as they are sent, so that a span
 	// covers the call that sends its message, not a --rate wait.
 	var ready []outgoing
 	defer func() { tr.end(ready, errNotSent) }()
-	for sent < len(entries) {
+	for sent < total {
 		if err := ctx.Err(); err != nil {
 			p.done()
-			fmt.Fprintf(e.stdout, "interrupted: %s %d of %s\n", verb, sent, plural(len(entries), "message"))
+			fmt.Fprintf(e.stdout, "interrupted: %s %d of %s\n", d.verb, sent, plural(total, "message"))
 			return err
 		}
-		if *rate > 0 {
-			due := start.Add(time.Duration(float64(sent) / *rate * float64(time.Second)))
+		if o.rate > 0 {
+			due := start.Add(time.Duration(float64(sent) / o.rate * float64(time.Second)))
 			if err := sleepUntil(ctx, due); err != nil {
 				continue
 			}
 		}
-		n := min(10, len(entries)-sent)
-		if *rate > 0 {
-			n = min(n, max(1, int(*rate)))
+		n := min(10, total-sent)
+		if o.rate > 0 {
+			n = min(n, max(1, int(o.rate)))
 		}
 		for i := sent + len(ready); i < sent+n; i++ {
-			ready = append(ready, tr.start(entries[i], sizes[i], lineOf[i], limit))
+			ready = append(ready, tr.start(s.entries[i], s.sizes[i], s.lineOf[i], s.limit))
 		}
-		batch, batchSizes := make([]types.SendMessageBatchRequestEntry, n), make([]int, n)
-		for i, m := range ready[:n] {
-			batch[i], batchSizes[i] = m.entry, m.size
-		}
-		n = fitBatch(batchSizes, limit)
-		err := send(ctx, batch[:n])
+		n, err := sendReady(ctx, d, ready[:n], s.limit)
 		tr.end(ready[:n], err)
 		ready = ready[n:]
 		if err != nil {
 			p.done()
-			fmt.Fprintf(e.stdout, "%s %d of %s before the error\n", verb, sent, plural(len(entries), "message"))
+			fmt.Fprintf(e.stdout, "%s %d of %s before the error\n", d.verb, sent, plural(total, "message"))
 			return err
 		}
 		sent += n
-		p.update("%s %d/%d messages", verb, sent, len(entries))
+		p.update("%s %d/%d messages", d.verb, sent, total)
 	}
 	p.done()
-	fmt.Fprintf(e.stdout, "%s %s (%s × %d) to %s in %.1fs\n", verb, plural(sent, "message"), plural(lines, "line"), *repeat,
-		target, time.Since(start).Seconds())
+	fmt.Fprintf(e.stdout, "%s %s (%s × %d) to %s in %.1fs\n", d.verb, plural(sent, "message"), plural(s.lines, "line"), o.repeat,
+		d.target, time.Since(start).Seconds())
 	return nil
+}
+
+// sendReady sends as many of the first of ready as one batch carries (fitBatch) and returns how
+// many that was.
+func sendReady(ctx context.Context, d *sendDest, ready []outgoing, limit int) (int, error) {
+	batch, batchSizes := make([]types.SendMessageBatchRequestEntry, len(ready)), make([]int, len(ready))
+	for i, m := range ready {
+		batch[i], batchSizes[i] = m.entry, m.size
+	}
+	n := fitBatch(batchSizes, limit)
+	return n, d.send(ctx, batch[:n])
 }
 
 // errNotSent ends the span of a message that send stopped before sending.
