@@ -144,7 +144,11 @@ type Config struct {
 	// caps, so one tenant's backlog cannot take every runner. A capped group's messages can fill
 	// the prefetch and wait about Concurrency/MaxPerGroup handler times; past MaxHold they are
 	// released, which costs them a receive, so keep that wait under MaxHold (raise MaxHold for
-	// slow handlers and a small cap). Messages without a group id are not capped. Groups never order or halt one another on a standard queue: that is FIFO's rule,
+	// slow handlers and a small cap). While a capped group's messages hold every slot and a runner
+	// is free, the worker still receives one message at a time, at most every 5 ms, holding up to
+	// max(Prefetch, BatchSize) messages beyond its slots, so that another group's message does not
+	// wait for a slot to free. Messages without a group id are not capped. Groups never order or
+	// halt one another on a standard queue: that is FIFO's rule,
 	// kept only on a .fifo queue, where MaxPerGroup has no effect (SQS runs one message of a
 	// group at a time there). A value of Concurrency or more caps nothing the worker would reach
 	// unless the concurrency grows (Concurrency 0). 0 (the default) means no cap; negative is an

@@ -29,6 +29,7 @@ type delivery struct {
 	group   *group    // on a FIFO queue, the messages of its group from the same receive
 	pos     int       // its place in group
 	held    bool      // counted as held: received and not yet taken by a runner
+	spare   bool      // holds a slot of e.spare (received by probeFair), not of e.slots
 	ended   bool
 }
 
@@ -43,8 +44,9 @@ type engine struct {
 	sw        *sqsWriter
 	del       *deleter
 	slots     *semaphore.Weighted
-	held      atomic.Int64 // deliveries received and not yet taken by a runner
-	inFlight  atomic.Int64 // messages whose handlers run
+	spare     *semaphore.Weighted // with Config.MaxPerGroup: the slots of probeFair's receives
+	held      atomic.Int64        // deliveries received and not yet taken by a runner
+	inFlight  atomic.Int64        // messages whose handlers run
 	pause     pauser
 	metrics   Metrics
 	log       *slog.Logger
@@ -211,7 +213,11 @@ func (d *delivery) end(done bool) {
 		d.held = false
 		d.e.held.Add(-1)
 	}
-	d.e.slots.Release(1)
+	if d.spare {
+		d.e.spare.Release(1)
+	} else {
+		d.e.slots.Release(1)
+	}
 }
 
 // action is what a handler's result does to its message in SQS.

@@ -274,3 +274,67 @@ func (w *Worker) gatherFair(buf []*delivery, n int, charged []string, timer **ti
 	}
 	return buf, charged, true
 }
+
+// fairProbeEvery is how often, at most, probeFair receives for the groups under their cap.
+const fairProbeEvery = 5 * time.Millisecond
+
+// blocked reports whether a runner is free but every delivery waiting is over its group's cap,
+// so that only a message of another group, still on the queue, could use the runner.
+func (q *fairQueue) blocked() bool {
+	if q.idle.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting) > 0
+}
+
+// probeFair receives one message at a time, at most every fairProbeEvery, while a group at its
+// cap holds every slot and a runner is free for the others (blocked) and no poller has begun a
+// receive since: the pollers receive only when a slot frees, and while one group's backlog holds
+// the slots they free in bursts, one handler time apart, which another group's message would
+// otherwise wait out. A fair queue hands over that message first when there is one; else the
+// capped group's, which waits its turn. Each such message holds a slot of w.e.spare
+// (max(Prefetch, BatchSize) of them), so what the worker holds stays bounded.
+func (w *Worker) probeFair() {
+	ctx := w.life.StopContext()
+	t := time.NewTicker(fairProbeEvery)
+	defer t.Stop()
+	fails := 0
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		if !w.fair.blocked() || w.e.pause.active() || time.Since(time.Unix(0, w.recvStarted.Load())) < fairProbeEvery {
+			continue
+		}
+		if w.e.slots.TryAcquire(1) { // a poller can receive
+			w.e.slots.Release(1)
+			continue
+		}
+		if !w.e.spare.TryAcquire(1) {
+			continue
+		}
+		requested := w.e.now()
+		out, err := w.client.ReceiveMessage(w.recvCtx, w.receiveInput(1), w.opt)
+		if err != nil || len(out.Messages) == 0 {
+			w.e.spare.Release(1)
+			if err == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// The pollers report receive errors; this only backs off.
+			fails++
+			if sleep(ctx, jitter(expo(pollBackoffMin, pollBackoffMax, fails))) != nil {
+				return
+			}
+			continue
+		}
+		fails = 0
+		w.dispatch(out.Messages, 1, requested, true)
+	}
+}

@@ -259,6 +259,43 @@ func TestMaxPerGroupWaitingLeased(t *testing.T) {
 	})
 }
 
+// TestMaxPerGroupReceivesPastCappedGroup (fake; on AWS too): while a capped group's messages hold
+// every slot (one runs, blocked; the others wait over the cap) and a runner is free, the worker
+// still receives, so another group's message sent behind them runs on the free runner.
+func TestMaxPerGroupReceivesPastCappedGroup(t *testing.T) {
+	eachServer(t, needs(sqstest.FairGroups), func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{})
+		b.send(t, grouped("a", 5))
+		b.send(t, grouped("b", 1))
+		release := make(chan struct{})
+		ranB := make(chan struct{})
+		c := newGroupCounter(func(ctx context.Context, m *worker.Message) error {
+			switch string(m.Body) {
+			case "a-0":
+				<-release
+			case "b-0":
+				close(ranB)
+			}
+			return nil
+		})
+		// Two runners and one message of prefetch: three slots, which a's messages fill.
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 2, Prefetch: 1, MaxPerGroup: 1, Handler: c})
+		select {
+		case <-ranB:
+		case <-time.After(30 * time.Second):
+			t.Errorf("b-0 did not run in 30 s while a-0 ran and a's other messages waited over the cap; state %+v", w.State())
+		}
+		close(release)
+		b.waitDeleted(t, 30*time.Second)
+		workertest.Stop(t, w)
+		for _, body := range []string{"a-0", "a-1", "a-2", "a-3", "a-4", "b-0"} {
+			if n := c.runs(body); n != 1 {
+				t.Errorf("%s ran %d times, want 1", body, n)
+			}
+		}
+	})
+}
+
 // TestFairQueueNoHalting: on a standard queue, group ids carry no FIFO rule: a message of group
 // a that keeps failing does not hold a's other messages (they run once each, none released),
 // with MaxPerGroup on and off, with a plain handler and with batches.

@@ -44,14 +44,8 @@ func (w *Worker) poll(id int) {
 		}
 		// The deliveries' 12-hour cap is counted from here (the 12-hour cap: see lease.go).
 		requested, sent := w.e.now(), time.Now()
-		out, err := w.client.ReceiveMessage(w.recvCtx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    &w.queue.URL,
-			MaxNumberOfMessages:         int32(n),
-			WaitTimeSeconds:             w.cfg.waitSeconds(),
-			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
-			MessageSystemAttributeNames: receiveAttributes,
-			MessageAttributeNames:       allMessageAttributes,
-		}, w.opt)
+		w.recvStarted.Store(sent.UnixNano())
+		out, err := w.client.ReceiveMessage(w.recvCtx, w.receiveInput(n), w.opt)
 		if err != nil {
 			w.e.slots.Release(int64(n))
 			if ctx.Err() != nil {
@@ -84,7 +78,19 @@ func (w *Worker) poll(id int) {
 			}
 			continue
 		}
-		w.dispatch(msgs, n, requested)
+		w.dispatch(msgs, n, requested, false)
+	}
+}
+
+// receiveInput is the ReceiveMessage request for up to n messages.
+func (w *Worker) receiveInput(n int) *sqs.ReceiveMessageInput {
+	return &sqs.ReceiveMessageInput{
+		QueueUrl:                    &w.queue.URL,
+		MaxNumberOfMessages:         int32(n),
+		WaitTimeSeconds:             w.cfg.waitSeconds(),
+		VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
+		MessageSystemAttributeNames: receiveAttributes,
+		MessageAttributeNames:       allMessageAttributes,
 	}
 }
 
@@ -172,8 +178,8 @@ type item struct {
 }
 
 // dispatch makes deliveries of the received messages, each holding one of the slots taken for
-// the receive, and queues them for the runners.
-func (w *Worker) dispatch(received []types.Message, slots int, requested time.Time) {
+// the receive (of w.e.spare when spare), and queues them for the runners.
+func (w *Worker) dispatch(received []types.Message, slots int, requested time.Time, spare bool) {
 	w.e.metrics.Add(Received, len(received))
 	if len(received) > slots {
 		// A server returned more than asked for; those have no slot, and no lease yet.
@@ -188,6 +194,7 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 	ds := make([]*delivery, len(received))
 	for i := range received {
 		ds[i] = w.e.receive(&received[i], requested, arrived)
+		ds[i].spare = spare
 	}
 	if w.stopping.Load() {
 		releaseAll(ds)

@@ -57,6 +57,7 @@ type Worker struct {
 	stopping      atomic.Bool
 	receiveFailed episodeLog   // failed-receive lines: one warning per episode
 	lastReceive   atomic.Int64 // unix nanoseconds of the last ReceiveMessage that succeeded
+	recvStarted   atomic.Int64 // unix nanoseconds of the start of the pollers' last ReceiveMessage
 	startedAt     time.Time
 
 	recvCtx    context.Context // ends at a hard stop, or a grace after the stop: receives in flight are abandoned
@@ -167,6 +168,12 @@ func (w *Worker) start(ctx context.Context) error {
 	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.size.maxCap)
 	if w.cfg.MaxPerGroup > 0 && !q.FIFO {
 		w.fair = newFairQueue(w.cfg.MaxPerGroup)
+		w.e.spare = semaphore.NewWeighted(int64(max(w.cfg.Prefetch, w.cfg.BatchSize)))
+		w.pollers.Add(1)
+		go func() {
+			defer w.pollers.Done()
+			w.probeFair()
+		}()
 		if gm, ok := w.e.metrics.(GroupMetrics); ok {
 			w.pollers.Add(1)
 			go func() {
