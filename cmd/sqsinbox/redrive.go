@@ -402,7 +402,7 @@ func (cp *copier) handle(ctx, bctx context.Context, m types.Message) error {
 		return nil
 	}
 	cp.seen[id] = true
-	if err := cp.pace.wait(ctx); err != nil {
+	if cp.pace.wait(ctx) != nil { // interrupted: the rest of the batch stays, the loop ends on ctx
 		cp.keep(m)
 		return nil
 	}
