@@ -402,9 +402,9 @@ func (cp *copier) handle(ctx, bctx context.Context, m types.Message) error {
 		return nil
 	}
 	cp.seen[id] = true
-	if cp.pace.wait(ctx) != nil { // interrupted: the rest of the batch stays, the loop ends on ctx
+	if cp.pace.wait(ctx) != nil { // interrupted: the rest of the batch stays, and the receive loop ends on ctx
 		cp.keep(m)
-		return nil
+		return nil //nolint:nilerr // the interrupt is the loop's to see, not an error of m
 	}
 	cp.handled++
 	if cp.stays(m) {
