@@ -34,9 +34,11 @@
 //
 // The relay is a pipeline: one goroutine claims rows (RelayConfig.ClaimSize at once) and queues
 // them as batches for the senders, goroutines that publish; it claims again while fewer than
-// twice as many batches as senders wait, and it writes the marks of the batches published since
-// (sent, failed, released) in the same round trip as that claim, marks first, in one
-// transaction. The round's commit does not wait for the disk: a crash of PostgreSQL that undid
+// twice as many batches as senders wait (or sooner, once a claim's worth of marks waits for one),
+// and it writes the marks of the batches published since (sent, failed, released) in the same
+// round trip as that claim, marks first, in one transaction. Marks go alone only when no claim is
+// coming: at the end of a backlog they wait up to 20 ms for the last batches' reports, so that a
+// backlog costs about one round trip per claim. The round's commit does not wait for the disk: a crash of PostgreSQL that undid
 // it would only publish rows again, with their event ids. The relay sizes its senders to the
 // publish call's round trip (RelayConfig.Senders 0, from DefaultSenders up to MaxSenders), so
 // that SQS 20 ms away, as in AWS, costs it little of its rate. After a full claim of a standard

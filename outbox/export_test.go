@@ -5,3 +5,7 @@ package outbox
 // in seconds, the token, the id to start past, and the FIFO group to start past (destination,
 // group id).
 func ClaimSQL(rl *Relay) (plan, claim string) { return rl.sql.plan, rl.sql.claim }
+
+// MarkRoundsMidBacklog is the number of rounds that carried marks alone while a claim was coming
+// for them to ride with (neither stopping nor waiting on the last reports).
+func MarkRoundsMidBacklog(rl *Relay) int64 { return rl.markRoundsHungry.Load() }

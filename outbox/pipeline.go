@@ -15,7 +15,7 @@ import (
 //
 // The feeder claims rows, splits them into batches (jobs) and queues them for the publishers,
 // claiming again while fewer than twice Senders jobs are queued, so that a publisher does not
-// wait for the database while there is work. Each publisher reports what became of its job's rows, and the feeder writes
+// wait for the database while there is work (or sooner, when a claim's worth of marks waits). Each publisher reports what became of its job's rows, and the feeder writes
 // those marks (sent, failed, released) in the same round trip as its next claim: one pgx.Batch,
 // which PostgreSQL runs as one implicit transaction, marks first. So the rows of a FIFO group's
 // head are marked sent before the claim that may take the group's next row, and the database
@@ -47,9 +47,19 @@ type marks struct {
 	sentIDs, failedIDs, releaseIDs          []int64
 	sentTokens, failedTokens, releaseTokens []string
 	failedErrs                              []string
+	since                                   time.Time // when the first of them came
 }
 
+// markLinger is how long the marks of a backlog's last batches wait for the others' reports
+// before they are written without a claim. A mark only frees the lease of a row already
+// published, so waiting delays nothing a consumer sees; it bounds how long a crash of the relay
+// leaves published rows to be published again.
+const markLinger = 20 * time.Millisecond
+
 func (m *marks) add(o jobReport) {
+	if m.len() == 0 {
+		m.since = time.Now()
+	}
 	for _, id := range o.sent {
 		m.sentIDs, m.sentTokens = append(m.sentIDs, id), append(m.sentTokens, o.token)
 	}
@@ -78,16 +88,34 @@ func (rl *Relay) feeder() {
 	)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	linger := time.NewTimer(markLinger)
+	defer linger.Stop()
 	for {
 		stopping := rl.stopCtx.Err() != nil
 		if stopping && !closed {
 			close(rl.jobs)
 			closed = true
 		}
-		claim := !stopping && hungry && len(rl.jobs) < 2*int(rl.senders.active.Load())
-		// Without a claim to ride on, marks are written at once unless a claim is coming soon.
-		flush := m.len() > 0 && (!hungry || stopping || m.len() >= rl.cfg.ClaimSize || inflight == 0)
+		// A claim is due when the queue is short, or early when a claim's worth of marks waits
+		// for one and the queue has room for its jobs: the marks ride with it.
+		queued := len(rl.jobs)
+		claim := !stopping && hungry && (queued < 2*int(rl.senders.active.Load()) ||
+			m.len() >= rl.cfg.ClaimSize && queued <= 2*rl.senders.max)
+		// Marks are written alone only when no claim is coming for them: at stop, when no report
+		// is outstanding, past twice a claim's worth, and once the backlog has ended (no claim
+		// until a wake) when a claim's worth is reached or the first has waited markLinger, so that
+		// the reports of a backlog's last batches are written in a round or two, not one each.
+		lingered := m.len() > 0 && !hungry && time.Since(m.since) >= markLinger
+		flush := m.len() > 0 && (stopping || inflight == 0 || m.len() >= 2*rl.cfg.ClaimSize ||
+			!hungry && (m.len() >= rl.cfg.ClaimSize || lingered))
 		if claim || flush {
+			rl.rounds.Add(1)
+			if !claim {
+				rl.markRounds.Add(1)
+				if hungry && !stopping && inflight > 0 {
+					rl.markRoundsHungry.Add(1)
+				}
+			}
 			after := cur.after(rl.cfg.PollInterval)
 			jobs, bad, got, err := rl.round(&m, claim, after, cur.group)
 			if err != nil && rl.workCtx.Err() == nil {
@@ -115,7 +143,13 @@ func (rl *Relay) feeder() {
 		if !stopping {
 			stopped = rl.stopCtx.Done()
 		}
+		var lingerC <-chan time.Time
+		if m.len() > 0 && !hungry {
+			linger.Reset(markLinger - time.Since(m.since))
+			lingerC = linger.C
+		}
 		select {
+		case <-lingerC:
 		case o := <-rl.results:
 			m.add(o)
 			inflight--

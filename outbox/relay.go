@@ -80,7 +80,8 @@ type RelayConfig struct {
 	// batches of ten by the senders. The claim runs in the same round trip as the marks (sent,
 	// failed, released) of the batches published since the previous one, and the relay claims
 	// again when fewer than twice Senders batches are waiting, so that the senders do not wait
-	// for the database while there is work. 0 means DefaultClaimSize (100); negative or over 1000 is an
+	// for the database while there is work, or sooner when a ClaimSize of marks waits for a claim
+	// to ride with. 0 means DefaultClaimSize (100); negative or over 1000 is an
 	// error.
 	ClaimSize int
 
@@ -170,6 +171,8 @@ type Relay struct {
 	senders   senders
 
 	published, failures, parked, lost atomic.Int64
+	rounds, markRounds                atomic.Int64
+	markRoundsHungry                  atomic.Int64 // mark rounds while a claim was coming (tests)
 }
 
 // ErrStopping is the cause of the contexts the relay cancels at Stop.
@@ -360,12 +363,15 @@ type RelayStats struct {
 	LostLeases int64
 	// Senders is the number of batches the relay may publish at once now (RelayConfig.Senders).
 	Senders int
+	// Rounds is the number of round trips to PostgreSQL the relay made to claim rows or mark
+	// them, and MarkRounds those of them that carried marks and no claim.
+	Rounds, MarkRounds int64
 }
 
 // Stats returns the relay's counters.
 func (rl *Relay) Stats() RelayStats {
 	return RelayStats{Published: rl.published.Load(), Failures: rl.failures.Load(), Parked: rl.parked.Load(), LostLeases: rl.lost.Load(),
-		Senders: int(rl.senders.active.Load())}
+		Senders: int(rl.senders.active.Load()), Rounds: rl.rounds.Load(), MarkRounds: rl.markRounds.Load()}
 }
 
 // listen opens the relay's own connection (not one of the pool's: it stays in LISTEN for good).

@@ -111,3 +111,30 @@ func TestClaimFromTheCursorLeavesNoRowBehind(t *testing.T) {
 		t.Fatalf("%d messages in the queue (%v); want %d", c, err, n+1)
 	}
 }
+
+// TestMarksRideWithClaims (real server, direct): while a backlog is worked off, the marks of the
+// published batches go to PostgreSQL with the next claim, never in a round of their own, and at
+// the backlog's end the last batches' marks go together: a backlog of 3,000 rows in claims of
+// 100 costs about one round trip per claim. (Before marks could start a claim early, a claim's
+// worth of marks went alone whenever the queue was still long: about one round in two.)
+func TestMarksRideWithClaims(t *testing.T) {
+	t.Parallel()
+	srv.Need(t, sqstest.SendBatchResults)
+	b := setup(t, nil)
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "ride"})
+	const n, claim = 3000, 100
+	b.addMany(t, q.URL, "m", n)
+	rl := b.startRelay(t, outbox.RelayConfig{SQS: srv.Client(), Senders: 4, ClaimSize: claim, PollInterval: time.Minute})
+	waitStats(t, fmt.Sprintf("%d published", n), func() bool { return rl.Stats().Published == n }, rl)
+	s := rl.Stats()
+	mid := outbox.MarkRoundsMidBacklog(rl)
+	t.Logf("%d rounds, %d with marks alone (%d of them while a claim was coming)", s.Rounds, s.MarkRounds, mid)
+	if mid != 0 {
+		t.Fatalf("%d rounds carried marks alone while a claim was coming for them to ride with; want 0", mid)
+	}
+	// 30 full claims and one that finds the table empty; the end's marks in a round or a few
+	// (a report that comes more than 20 ms after the first of the end's goes in a round of its own).
+	if s.MarkRounds > s.Rounds/3 {
+		t.Fatalf("%d of %d rounds carried marks alone; want at most a third", s.MarkRounds, s.Rounds)
+	}
+}

@@ -64,9 +64,13 @@ run() {
 			match($0, /ratio [0-9.]+/); ratio = substr($0, RSTART + 6, RLENGTH - 6)
 			match($0, /at 0s: [0-9.]+/); own = substr($0, RSTART + 7, RLENGTH - 7)
 			match($0, /\([0-9]+ senders/); snd = substr($0, RSTART + 1, RLENGTH - 9)
-			print c, i, $5, relay, ratio, own, snd }' | tee -a "$out"
+			cell = $5; pending = 1; next }
+			pending && /CPU µs per message/ {
+				match($0, /test process [0-9]+/); self = substr($0, RSTART + 13, RLENGTH - 13)
+				match($0, /PostgreSQL [0-9]+/); pg = substr($0, RSTART + 11, RLENGTH - 11)
+				print c, i, cell, relay, ratio, own, snd, pg, self; pending = 0 }' | tee -a "$out"
 }
-echo "commit run rtt relay_msgs/s relay/raw relay/own_direct senders_at_end"
+echo "commit run rtt relay_msgs/s relay/raw relay/own_direct senders_at_end postgres_cpu_us/msg relay_process_cpu_us/msg"
 for i in $(seq 1 "$rounds"); do
 	if ((i % 2)); then run old "$i"; run new "$i"; else run new "$i"; run old "$i"; fi
 done
@@ -74,14 +78,15 @@ echo
 echo "| cell | measure | old median | spread | new median | spread | new / old |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 cells=(0s "${rtt}ms")
-cols=(4 5 6)
+cols=(4 5 6 8 9)
 if [[ ${FIFO:-} == 1 ]]; then
 	cells=(1groups 10groups 100groups)
 	cols=(4 5)
 fi
 for cell in "${cells[@]}"; do
 	for col in "${cols[@]}"; do
-		name=$( ((col == 4)) && echo "relay msgs/s" || { ((col == 5)) && echo "relay / raw (best N)" || echo "relay / its rate direct"; })
+		names=([4]="relay msgs/s" [5]="relay / raw (best N)" [6]="relay / its rate direct" [8]="PostgreSQL CPU µs/msg" [9]="relay process CPU µs/msg")
+		name=${names[$col]}
 		stats() { awk -v c="$1" -v cell="$cell" -v k="$col" '$1 == c && $3 == cell { print $k }' "$out" | sort -g |
 			awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s %s-%s\n", m, v[1], v[NR] }'; }
 		read -r om os < <(stats old)
