@@ -253,6 +253,7 @@ func TestConfigBatchRefusals(t *testing.T) {
 		{worker.Config{Handler: batch, HandlerBatch: 21}, "HandlerBatch is 21"},
 		{worker.Config{Handler: plain, HandlerBatch: 2}, "does not implement BatchHandler"},
 		{worker.Config{Handler: batch, Linger: time.Second}, "Linger is 1s"},
+		{worker.Config{Handler: batch, ReceiveLinger: 2 * time.Second}, "ReceiveLinger is 2s"},
 		{worker.Config{Handler: batch, MaxHold: -time.Second}, "MaxHold is -1s"},
 	} {
 		tc.cfg.QueueURL = "http://localhost/q"

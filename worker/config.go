@@ -30,7 +30,7 @@ const (
 	DefaultBackoffMax = 5 * time.Minute
 	// DefaultDeleteInterval is how long a successful message waits, at most, for its batched
 	// delete to be sent.
-	DefaultDeleteInterval = 20 * time.Millisecond
+	DefaultDeleteInterval = 50 * time.Millisecond
 	// DefaultMaxPollers caps the default number of pollers.
 	DefaultMaxPollers = 16
 	// DefaultHandlerBatch is the most messages a [BatchHandler] gets in one call (for the inbox:
@@ -38,6 +38,8 @@ const (
 	DefaultHandlerBatch = 10
 	// DefaultLinger is how long a batch with room left waits for more messages before it starts.
 	DefaultLinger = 2 * time.Millisecond
+	// DefaultReceiveLinger is the longest a poller waits after a receive that was not full.
+	DefaultReceiveLinger = 50 * time.Millisecond
 	// DefaultMaxHold is how long a received message may wait for a free handler before it is
 	// released to the queue.
 	DefaultMaxHold = 30 * time.Second
@@ -109,6 +111,17 @@ type Config struct {
 	// starts, so that a batch fills under load and a lone message at low load waits only this
 	// long. 0 means DefaultLinger (2 ms); negative means no wait; at most 100 ms.
 	Linger time.Duration
+
+	// ReceiveLinger bounds how long a poller waits, after a receive that brought some messages
+	// but fewer than it asked for, before it receives again, so that the messages arriving
+	// meanwhile come in one ReceiveMessage request instead of one request each. SQS bills every
+	// request: at a light load, receiving each message as it comes costs several requests per
+	// ten messages. The wait is the time the rest of the batch takes to arrive at the rate the
+	// poller's last receive saw, at most ReceiveLinger; a full or empty receive never waits, so a
+	// backlog and an idle queue cost nothing. What it costs is latency: a message that arrives
+	// during the wait waits for it. 0 means DefaultReceiveLinger (50 ms); negative means no wait;
+	// at most 1 s.
+	ReceiveLinger time.Duration
 
 	// Prefetch is the number of received messages the worker may hold, beyond those its handlers
 	// are running, so that a handler that frees up finds its next messages received already
@@ -190,7 +203,9 @@ type Config struct {
 	Backoff func(receiveCount int) time.Duration
 
 	// DeleteInterval is how long a successful message waits, at most, for its delete to be sent
-	// in a batch of up to 10. 0 means DefaultDeleteInterval (20 ms); negative is an error.
+	// in a batch of up to 10. A longer wait fills the batches at a light load (SQS bills each
+	// call); the message is committed already, so it delays nothing but the delete. 0 means
+	// DefaultDeleteInterval (50 ms); negative is an error.
 	DeleteInterval time.Duration
 
 	// Logger receives the worker's logs. Message bodies are never logged; durations are Go
@@ -239,6 +254,7 @@ func (c *Config) setDefaults() {
 		c.HandlerBatch = 1
 	}
 	c.Linger = cmp.Or(c.Linger, DefaultLinger)
+	c.ReceiveLinger = cmp.Or(c.ReceiveLinger, DefaultReceiveLinger)
 	c.MaxHold = cmp.Or(c.MaxHold, DefaultMaxHold)
 	if c.BatchSize > 0 && c.Concurrency > 0 && c.HandlerBatch > 0 {
 		c.Pollers = cmp.Or(c.Pollers, DefaultPollers(c.Concurrency, c.HandlerBatch, c.BatchSize))
@@ -279,6 +295,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: Config.HandlerBatch is %d, but the handler (%T) does not implement BatchHandler; leave it 0", c.HandlerBatch, c.Handler)
 	case c.Linger > maxLinger:
 		return fmt.Errorf("worker: Config.Linger is %v; it must be at most %v (0 means %v, negative means none)", c.Linger, maxLinger, DefaultLinger)
+	case c.ReceiveLinger > time.Second:
+		return fmt.Errorf("worker: Config.ReceiveLinger is %v; it must be at most 1s (0 means %v, negative means none)", c.ReceiveLinger, DefaultReceiveLinger)
 	case c.MaxHold < 0:
 		return fmt.Errorf("worker: Config.MaxHold is %v; it must be positive (0 means %v)", c.MaxHold, DefaultMaxHold)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:

@@ -21,6 +21,7 @@ func (w *Worker) poll(id int) {
 	defer w.pollers.Done()
 	ctx := w.life.StopContext()
 	fails := 0
+	var prev time.Time // when this poller's last receive was sent
 	for {
 		if ok, wake := w.size.active(id); !ok {
 			// Not needed at this receive latency: wait until the sizer wants more pollers.
@@ -79,7 +80,26 @@ func (w *Worker) poll(id int) {
 			continue
 		}
 		w.dispatch(msgs, n, requested, false)
+		if wait := receiveLinger(w.cfg.ReceiveLinger, len(msgs), n, sent, prev); wait > 0 && sleep(ctx, wait) != nil {
+			return
+		}
+		prev = sent
 	}
+}
+
+// receiveLinger is how long a poller waits before its next receive after one sent at sent that
+// brought got of the asked messages (the receive before it was sent at prev; zero if none): the
+// time the rest of a batch takes to arrive at the rate the poller saw over its last cycle, at most
+// limit. A full receive does not wait.
+func receiveLinger(limit time.Duration, got, asked int, sent, prev time.Time) time.Duration {
+	if limit <= 0 || got >= asked || got == 0 {
+		return 0
+	}
+	cycle := time.Since(sent)
+	if !prev.IsZero() {
+		cycle = sent.Sub(prev)
+	}
+	return min(limit, cycle*time.Duration(asked-got)/time.Duration(got))
 }
 
 // receiveInput is the ReceiveMessage request for up to n messages.
@@ -137,9 +157,10 @@ func (w *Worker) slotsForReceive(ctx context.Context) (int, error) {
 }
 
 // minBatch is the number of free slots a poller waits for, at most gatherWait, before it
-// receives: its share of the slots, up to BatchSize, or 1 while a runner of a fairQueue is idle.
-// Receiving for one slot at a time under load would multiply the ReceiveMessage calls per
-// message; waiting long would leave slots idle.
+// receives: a full batch (BatchSize, or the capacity if smaller), or 1 while a runner of a
+// fairQueue is idle. Receiving for the few slots free at each moment under load would multiply
+// the ReceiveMessage calls per message (SQS bills each); the pollers gather in turn (acquire), so
+// one waiting for a batch does not hold slots another waits for.
 func (w *Worker) minBatch() int {
 	if w.fair != nil && w.fair.idle.Load() > 0 {
 		// A runner is free and every message held is over its group's cap (or none is held):
@@ -147,12 +168,24 @@ func (w *Worker) minBatch() int {
 		// first), so receive now rather than wait to gather a fuller batch.
 		return 1
 	}
-	return max(1, min(w.cfg.BatchSize, int(w.size.capacity.Load()/max(w.size.pollers.Load(), 1))))
+	return max(1, min(w.cfg.BatchSize, int(w.size.capacity.Load())))
 }
 
 // acquire takes one slot, waiting for it, then waits up to gatherWait for more until it holds
 // need, and then takes as many more as are free now, up to batch.
+//
+// One poller gathers at a time. When the runners free slots while every slot is taken (a
+// backlog), the pollers would otherwise all be waiting for one: each would get one of the freed
+// slots, wait gatherWait for more that the others hold, and receive for a few, so that a backlog
+// cost a receive for every 6 or 7 messages instead of 10. Taken in turn, the freed slots go to
+// one poller until it holds a batch.
 func (w *Worker) acquire(ctx context.Context, need, batch int) (int, error) {
+	select {
+	case w.gatherTurn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-w.gatherTurn }()
 	if err := w.e.slots.Acquire(ctx, 1); err != nil {
 		return 0, err
 	}

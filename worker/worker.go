@@ -66,6 +66,8 @@ type Worker struct {
 	size  *sizer     // the pollers and the capacity, sized to the receive's latency
 	ready chan item  // received deliveries for the runners; closed once the pollers have stopped
 	fair  *fairQueue // instead of ready on a standard queue with Config.MaxPerGroup; set at start
+	// gatherTurn is held by the one poller that takes slots for its next receive (see acquire).
+	gatherTurn chan struct{}
 
 	pendingMu sync.Mutex
 	pending   map[*group]struct{} // FIFO groups with deliveries not yet started
@@ -108,6 +110,7 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 		runner:   func(id int) { w.runners.Add(1); go w.runner(id) },
 	}, autoPollers, autoPrefetch, autoConcurrency)
 	w.ready = make(chan item, w.size.maxCap)
+	w.gatherTurn = make(chan struct{}, 1)
 	w.e = &engine{cfg: &w.cfg, metrics: c.Metrics, log: c.Logger, now: time.Now,
 		leaseLost: episodeLog{quiet: time.Minute}, slots: semaphore.NewWeighted(int64(w.size.maxCap))}
 	w.size.holdReserve(w.e)

@@ -1,0 +1,164 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsinbox/sqsinbox/harness/sqstest"
+	"github.com/sqsinbox/sqsinbox/worker"
+)
+
+// receiveCall is one ReceiveMessage call as receiveLog saw it.
+type receiveCall struct {
+	start, end time.Time
+	asked, got int
+}
+
+// receiveLog is an *sqs.Client that records each ReceiveMessage call: when it was sent and
+// answered, how many messages it asked for and how many came. Every call goes to the server.
+type receiveLog struct {
+	*sqs.Client
+	mu       sync.Mutex
+	calls    []receiveCall
+	inFlight atomic.Int64
+}
+
+func (c *receiveLog) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	start := time.Now()
+	out, err := c.Client.ReceiveMessage(ctx, in, optFns...)
+	call := receiveCall{start: start, end: time.Now(), asked: int(in.MaxNumberOfMessages)}
+	if err == nil {
+		call.got = len(out.Messages)
+	}
+	c.mu.Lock()
+	c.calls = append(c.calls, call)
+	c.mu.Unlock()
+	return out, err
+}
+
+func (c *receiveLog) snapshot() []receiveCall {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]receiveCall(nil), c.calls...)
+}
+
+// TestReceiveLingerAfterAPartialReceive (the harness's SQS server): after a receive that brought
+// fewer messages than it asked for, the poller waits for the rest of a batch to arrive, at the rate
+// its last receive saw and at most Config.ReceiveLinger, before it receives again. With one
+// poller, a receive that brought 1 of 10 after d is followed by the next no sooner than
+// min(ReceiveLinger, 9 × d) after it: the poller's own measure of d is at least the one taken
+// here, around the call.
+func TestReceiveLingerAfterAPartialReceive(t *testing.T) {
+	t.Parallel()
+	const linger = 300 * time.Millisecond
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "linger"})
+	c := &receiveLog{Client: newClient(t)}
+	var handled atomic.Int64
+	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: 2 * time.Second, Pollers: 1, Concurrency: 1,
+		ReceiveLinger: linger, Logger: sqstest.Logger(t),
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { handled.Add(1); return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	// Messages one at a time, each once the last is handled: every receive that brings one
+	// asked for more.
+	const n = 3
+	for i := range n {
+		sqstest.WaitFor(t, time.Minute, "a receive waiting", func() (bool, string) {
+			return c.inFlight.Load() == 1, fmt.Sprintf("%d receives in flight", c.inFlight.Load())
+		})
+		if err := sqstest.Send(ctx, newClient(t), q.URL, []sqstest.Message{{Body: `{"n":` + strconv.Itoa(i) + `}`}}); err != nil {
+			t.Fatal(err)
+		}
+		sqstest.WaitFor(t, time.Minute, "the message handled", func() (bool, string) {
+			return handled.Load() == int64(i+1), fmt.Sprintf("%d of %d handled", handled.Load(), i+1)
+		})
+	}
+	sqstest.WaitFor(t, time.Minute, "the receive after the last message", func() (bool, string) {
+		calls := c.snapshot()
+		return len(calls) > 0 && calls[len(calls)-1].got == 0 || c.inFlight.Load() == 1, fmt.Sprintf("%d receives", len(calls))
+	})
+	calls := c.snapshot()
+	checked := 0
+	for i, call := range calls[:len(calls)-1] {
+		if call.got == 0 || call.got >= call.asked {
+			continue
+		}
+		next := calls[i+1]
+		d := call.end.Sub(call.start)
+		want := min(linger, d*time.Duration(call.asked-call.got)/time.Duration(call.got))
+		if gap := next.start.Sub(call.end); gap < want {
+			t.Errorf("receive %d brought %d of %d after %v; the next came %v later, want at least %v", i, call.got, call.asked, d, gap, want)
+		}
+		checked++
+	}
+	if checked < n-1 {
+		t.Fatalf("%d receives brought fewer messages than they asked for and had one after them; want at least %d (%+v)", checked, n-1, calls)
+	}
+}
+
+// TestBacklogReceivesFullBatches (the harness's SQS server): on a backlog, where the handlers
+// free the slots a few at a time and several pollers wait for them, the pollers take the slots
+// in turn, so that the receives ask for full batches (ten) and not for the few slots free when
+// each asked: a backlog costs one receive per ten messages.
+func TestBacklogReceivesFullBatches(t *testing.T) {
+	t.Parallel()
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "fullbatch"})
+	const n = 400
+	msgs := make([]sqstest.Message, n)
+	for i := range msgs {
+		msgs[i] = sqstest.Message{Body: `{"id":"` + strconv.Itoa(i) + `"}`}
+	}
+	ctx := t.Context()
+	if err := sqstest.Send(ctx, newClient(t), q.URL, msgs); err != nil {
+		t.Fatal(err)
+	}
+	c := &receiveLog{Client: newClient(t)}
+	var handled atomic.Int64
+	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Pollers: 4, Concurrency: 4, Prefetch: 20,
+		Logger: sqstest.Logger(t),
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { handled.Add(1); return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	sqstest.WaitFor(t, 2*time.Minute, "every message handled", func() (bool, string) {
+		return handled.Load() >= n, fmt.Sprintf("%d of %d handled", handled.Load(), n)
+	})
+	asked, got, calls := 0, 0, 0
+	for _, call := range c.snapshot() {
+		if call.got == 0 {
+			continue
+		}
+		asked, got, calls = asked+call.asked, got+call.got, calls+1
+	}
+	t.Logf("%d receives brought %d messages; they asked for %.1f on average", calls, got, float64(asked)/float64(calls))
+	if float64(asked) < 9*float64(calls) {
+		t.Fatalf("the receives that brought messages asked for %.1f on average; want at least 9 of 10", float64(asked)/float64(calls))
+	}
+}
