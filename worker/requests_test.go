@@ -134,7 +134,7 @@ func TestBacklogReceivesFullBatches(t *testing.T) {
 	c := &receiveLog{Client: newClient(t)}
 	var handled atomic.Int64
 	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Pollers: 4, Concurrency: 4, Prefetch: 20,
-		Logger: sqstest.Logger(t),
+		Logger:  sqstest.Logger(t),
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { handled.Add(1); return nil })})
 	if err != nil {
 		t.Fatal(err)
