@@ -50,9 +50,10 @@ done
 echo
 echo "| SQS / PG / load | measure | old median | spread | new median | spread | new / old |"
 echo "|---|---|---:|---:|---:|---:|---:|"
-for cell in $(awk '{ print $3 }' "$out" | awk '!seen[$0]++'); do
+names=([4]="requests / 1,000 msgs" [5]="worker p50 ms" [6]="worker p99 ms")
+awk '{ print $3 }' "$out" | awk '!seen[$0]++' | while read -r cell; do
 	for col in 4 5 6; do
-		name=$( ((col == 4)) && echo "requests / 1,000 msgs" || { ((col == 5)) && echo "worker p50 ms" || echo "worker p99 ms"; })
+		name=${names[$col]}
 		stats() { awk -v c="$1" -v cell="$cell" -v k="$col" '$1 == c && $3 == cell && $k != "-" { print $k }' "$out" | sort -g |
 			awk '{ v[NR] = $1 } END { if (NR == 0) { print "- -"; exit } m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s %s-%s\n", m, v[1], v[NR] }'; }
 		read -r om os < <(stats old)
