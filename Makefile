@@ -71,9 +71,10 @@ bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first
 	$(GO) test -run '^$$' -bench BenchmarkHTTP -benchtime 2000x -timeout 30m ./inbox/idempotency/
 
 .PHONY: bench-worker
-bench-worker: ## Worker msgs/s at c=1/8/32/64 against GoAws and the fake, beside raw GoAws and inbox-only (same run), allocs/msg, memory at 1,000 in flight; then batched commits (N=10/20) on GoAws and fauxqs against the raw drain and batched inbox-only, and against N=1; then the latency table: the worker at its defaults with SQS 0/5/20/50 ms and PostgreSQL 0/1 ms away (delaying proxies), against the frozen reference loop and the raw drain.
+bench-worker: ## Worker msgs/s at c=1/8/32/64 against GoAws and the fake, beside raw GoAws and inbox-only (same run), allocs/msg, memory at 1,000 in flight; then batched commits (N=10/20) on GoAws and fauxqs against the raw drain and batched inbox-only, and against N=1; then the latency table: the worker at its defaults with SQS 0/5/20/50 ms and PostgreSQL 0/1 ms away (delaying proxies), against the frozen reference loop and the raw drain; then the SQS requests per 1,000 messages of the worker and of sqs-consumer (npm) draining a backlog.
 	$(GO) run ./harness/cmd/workerbench -n 3000 -c 1,8,32,64 -repeat 2 -sqs goaws,fauxqs -batch 10,20 -bc 2,8 -bpollers 0,2 -rawpollers 1,2,4
 	$(GO) run ./harness/cmd/workerbench -n 10000 -c '' -inflight 0 -sqs goaws,fauxqs -lat-sqs 0,5,20,50 -lat-pg 0,1 -refc 16,64
+	$(GO) run ./harness/cmd/workerbench -c '' -inflight 0 -sqs goaws,fauxqs -peers 3000
 
 .PHONY: bench-relay
 bench-relay: ## Outbox relay msgs/s against a raw SendMessageBatch loop (fauxqs), with SQS 0/5/20/50 ms away (a delaying proxy), 3 rounds; then FIFO destinations.

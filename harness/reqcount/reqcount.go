@@ -7,8 +7,10 @@ package reqcount
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +71,37 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	return resp, nil
+}
+
+// Proxy returns an HTTP handler that sends each request it serves on to the server at target (a
+// scheme and a host, as "http://127.0.0.1:4100") through c, which counts it as Do does, and
+// writes the answer back: it counts the requests of a client that is not a Go SDK client (a Node
+// consumer given the handler's address as its endpoint) the same way as a Go client's. The
+// request keeps its Host header, which its signature covers.
+func (c *Client) Proxy(target string) (http.Handler, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("reqcount: target %q: %w", target, err)
+	}
+	if u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("reqcount: target %q needs a scheme and a host", target)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := r.Clone(r.Context())
+		out.RequestURI = ""
+		out.URL.Scheme, out.URL.Host = u.Scheme, u.Host
+		resp, err := c.Do(out)
+		if err != nil {
+			http.Error(w, "reqcount: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		for k, vs := range resp.Header {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}), nil
 }
 
 // GetTimeout passes the wrapped client's timeout through (the worker reads it).

@@ -206,6 +206,11 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 					return err
 				}
 			}
+			if peerRequests > 0 {
+				if err := b.peersTable(ctx, peerRequests); err != nil {
+					return err
+				}
+			}
 			if lf.share > 0 {
 				return b.share(ctx, n, lf.share)
 			}
