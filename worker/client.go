@@ -61,3 +61,55 @@ func callOption(c SQSClient) func(*sqs.Options) {
 	hc := plainbody.WrapKeeping(oc.Options().HTTPClient, idleConns)
 	return func(o *sqs.Options) { o.HTTPClient = hc }
 }
+
+// countingClient counts every SQS request the worker makes in its Metrics: [SQSRequests], and
+// by kind [ReceiveRequests] (with [EmptyReceives]), [DeleteRequests] and [VisibilityRequests].
+// It counts calls: a call the SDK retries is one more request to SQS and is counted once.
+type countingClient struct {
+	SQSClient
+	m Metrics
+}
+
+func (c countingClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	c.m.Add(SQSRequests, 1)
+	c.m.Add(ReceiveRequests, 1)
+	out, err := c.SQSClient.ReceiveMessage(ctx, in, optFns...)
+	if err == nil && (out == nil || len(out.Messages) == 0) {
+		c.m.Add(EmptyReceives, 1)
+	}
+	return out, err
+}
+
+func (c countingClient) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	c.m.Add(SQSRequests, 1)
+	c.m.Add(DeleteRequests, 1)
+	return c.SQSClient.DeleteMessage(ctx, in, optFns...)
+}
+
+func (c countingClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	c.m.Add(SQSRequests, 1)
+	c.m.Add(DeleteRequests, 1)
+	return c.SQSClient.DeleteMessageBatch(ctx, in, optFns...)
+}
+
+func (c countingClient) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	c.m.Add(SQSRequests, 1)
+	c.m.Add(VisibilityRequests, 1)
+	return c.SQSClient.ChangeMessageVisibility(ctx, in, optFns...)
+}
+
+func (c countingClient) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	c.m.Add(SQSRequests, 1)
+	c.m.Add(VisibilityRequests, 1)
+	return c.SQSClient.ChangeMessageVisibilityBatch(ctx, in, optFns...)
+}
+
+func (c countingClient) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	c.m.Add(SQSRequests, 1)
+	return c.SQSClient.GetQueueAttributes(ctx, in, optFns...)
+}
+
+func (c countingClient) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
+	c.m.Add(SQSRequests, 1)
+	return c.SQSClient.GetQueueUrl(ctx, in, optFns...)
+}

@@ -22,6 +22,7 @@ func (w *Worker) poll(id int) {
 	ctx := w.life.StopContext()
 	fails := 0
 	var prev time.Time // when this poller's last receive was sent
+	early := 0         // empty receives in a row that came back early (earlyEmptyWait)
 	for {
 		if ok, wake := w.size.active(id); !ok {
 			// Not needed at this receive latency: wait until the sizer wants more pollers.
@@ -77,8 +78,18 @@ func (w *Worker) poll(id int) {
 			if w.cfg.WaitTime < 0 && sleep(ctx, shortPollIdle) != nil {
 				return
 			}
+			wait := earlyEmptyWait(w.cfg.ReceiveLinger, w.cfg.WaitTime, time.Since(sent), early)
+			if wait == 0 {
+				early = 0
+				continue
+			}
+			early++
+			if sleep(ctx, wait) != nil {
+				return
+			}
 			continue
 		}
+		early = 0
 		w.dispatch(msgs, n, requested, false)
 		if wait := receiveLinger(w.cfg.ReceiveLinger, len(msgs), n, sent, prev); wait > 0 && sleep(ctx, wait) != nil {
 			return
@@ -100,6 +111,30 @@ func receiveLinger(limit time.Duration, got, asked int, sent, prev time.Time) ti
 		cycle = sent.Sub(prev)
 	}
 	return min(limit, cycle*time.Duration(asked-got)/time.Duration(got))
+}
+
+// earlyEmptyWait is how long a poller waits before its next receive after a long poll of
+// waitTime that came back empty after took, right after before such early empty ones: nothing if
+// it came back after half its wait time or more; else limit (Config.ReceiveLinger), doubled for
+// each early empty one before it, up to maxEarlyEmptyWait. SQS answers
+// a long poll empty only when its wait time has passed; a server that answers earlier (fauxqs
+// answers every waiting long poll as soon as one message arrives, all but one of them empty; a
+// proxy may cut long polls short) would otherwise have every poller receive again and again, a
+// request each time, as fast as it answers. A receive that brings a message starts the count
+// again.
+func earlyEmptyWait(limit, waitTime, took time.Duration, before int) time.Duration {
+	if limit <= 0 || waitTime <= 0 || took >= waitTime/2 {
+		return 0
+	}
+	ceiling := max(limit, maxEarlyEmptyWait)
+	wait := limit
+	for range before {
+		if wait >= ceiling {
+			break
+		}
+		wait *= 2
+	}
+	return min(wait, ceiling)
 }
 
 // receiveInput is the ReceiveMessage request for up to n messages.

@@ -165,3 +165,30 @@ func TestSizerFeed(t *testing.T) {
 		t.Fatalf("roundTrip with no receive since = %v, want 1%% more, 0.0202", got)
 	}
 }
+
+// earlyEmptyWait waits only after an empty long poll that came back before half its wait time,
+// doubling for each such one in a row up to maxEarlyEmptyWait, and never when ReceiveLinger is off
+// or the worker short-polls. No SQS server.
+func TestEarlyEmptyWait(t *testing.T) {
+	t.Parallel()
+	const limit = 50 * time.Millisecond
+	for _, c := range []struct {
+		limit, waitTime, took time.Duration
+		before                int
+		want                  time.Duration
+	}{
+		{limit, 20 * time.Second, time.Millisecond, 0, limit},                // answered at once: wait
+		{limit, 20 * time.Second, 9 * time.Second, 0, limit},                 // well before the wait time
+		{limit, 20 * time.Second, time.Millisecond, 1, 2 * limit},            // the second in a row
+		{limit, 20 * time.Second, time.Millisecond, 3, 8 * limit},            // the fourth
+		{limit, 20 * time.Second, time.Millisecond, 1000, maxEarlyEmptyWait}, // capped
+		{limit, 20 * time.Second, 10 * time.Second, 3, 0},                    // half the wait time
+		{limit, 20 * time.Second, 20*time.Second + time.Millisecond, 0, 0},   // waited out: an idle queue
+		{-1, 20 * time.Second, time.Millisecond, 0, 0},                       // ReceiveLinger off
+		{limit, -1, time.Millisecond, 0, 0},                                  // short polls (their own idle sleep)
+	} {
+		if got := earlyEmptyWait(c.limit, c.waitTime, c.took, c.before); got != c.want {
+			t.Errorf("earlyEmptyWait(%v, %v, %v, %d) = %v, want %v", c.limit, c.waitTime, c.took, c.before, got, c.want)
+		}
+	}
+}

@@ -54,11 +54,25 @@ const (
 	BrokenDeployments Counter = "broken_deployments"
 	// PayloadsFetched counts offloaded payloads fetched (Config.Payloads) before their handler.
 	PayloadsFetched Counter = "payloads_fetched"
+	// SQSRequests counts every SQS API call the worker made: what SQS bills (per request, and
+	// per 64 KiB of a request's payload). A call the SDK retries is counted once; each retry is
+	// one more request to SQS. SQSRequests / Received is the requests a message costs.
+	SQSRequests Counter = "sqs_requests"
+	// ReceiveRequests counts ReceiveMessage calls (failed ones included).
+	ReceiveRequests Counter = "receive_requests"
+	// EmptyReceives counts the ReceiveMessage calls that returned no message (an idle long poll).
+	EmptyReceives Counter = "empty_receives"
+	// DeleteRequests counts DeleteMessageBatch (and DeleteMessage) calls.
+	DeleteRequests Counter = "delete_requests"
+	// VisibilityRequests counts ChangeMessageVisibility and ChangeMessageVisibilityBatch calls:
+	// heartbeats, retries' delays and releases.
+	VisibilityRequests Counter = "visibility_requests"
 )
 
 // Counters lists every [Counter], for adapters that register them up front.
 var Counters = []Counter{Received, Processed, Duplicates, Failed, Retried, Blocked, Discarded, Released,
-	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors, Batches, BatchedMessages, RolledBack, BatchRetries, BrokenDeployments, PayloadsFetched}
+	Deleted, DeleteFailures, LeasesLost, Heartbeats, ReceiveErrors, Batches, BatchedMessages, RolledBack, BatchRetries, BrokenDeployments, PayloadsFetched,
+	SQSRequests, ReceiveRequests, EmptyReceives, DeleteRequests, VisibilityRequests}
 
 // Histogram names one of the worker's histograms of durations.
 type Histogram string

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sqsinbox/sqsinbox/harness/reqcount"
 	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
@@ -160,5 +162,116 @@ func TestBacklogReceivesFullBatches(t *testing.T) {
 	t.Logf("%d receives brought %d messages; they asked for %.1f on average", calls, got, float64(asked)/float64(calls))
 	if float64(asked) < 9*float64(calls) {
 		t.Fatalf("the receives that brought messages asked for %.1f on average; want at least 9 of 10", float64(asked)/float64(calls))
+	}
+}
+
+// TestRequestCountersMatchTheWire (the harness's SQS server): the worker's request counters
+// (SQSRequests and its kinds) equal what a counting HTTP client under the SDK client saw on the
+// wire, for a drain with a failure (a visibility change) and idle long polls at the end: no call
+// goes around the counters, and none is counted twice.
+func TestRequestCountersMatchTheWire(t *testing.T) {
+	t.Parallel()
+	const n = 30
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "reqcounters"})
+	if err := sqstest.Send(t.Context(), srv.Client(), q.URL, bodies(n, "m-")); err != nil {
+		t.Fatal(err)
+	}
+	rc := reqcount.NewTransport(16)
+	c, err := srv.NewClient(context.Background(), func(o *sqs.Options) { o.HTTPClient = rc })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestMetrics()
+	var failed atomic.Bool
+	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Metrics: m, Logger: sqstest.Logger(t),
+		Backoff: func(int) time.Duration { return 0 },
+		Handler: worker.HandlerFunc(func(_ context.Context, msg *worker.Message) error {
+			if string(msg.Body) == "m-0" && failed.CompareAndSwap(false, true) {
+				return errors.New("fails once")
+			}
+			return nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Every message deleted, then an empty receive: the drain is over and the pollers idle.
+	sqstest.WaitFor(t, time.Minute, "the drain and an empty receive", func() (bool, string) {
+		d, e := m.get(worker.Deleted), m.get(worker.EmptyReceives)
+		return d == n && e > 0, fmt.Sprintf("deleted %d of %d, %d empty receives", d, n, e)
+	})
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wire := rc.Snapshot()
+	for _, k := range []struct {
+		c    worker.Counter
+		want int64
+	}{
+		{worker.SQSRequests, wire.Total()},
+		{worker.ReceiveRequests, wire.By["ReceiveMessage"]},
+		{worker.EmptyReceives, wire.EmptyReceives},
+		{worker.DeleteRequests, wire.By["DeleteMessage"] + wire.By["DeleteMessageBatch"]},
+		{worker.VisibilityRequests, wire.By["ChangeMessageVisibility"] + wire.By["ChangeMessageVisibilityBatch"]},
+	} {
+		if got := int64(m.get(k.c)); got != k.want {
+			t.Errorf("%s: the worker counted %d, the wire saw %d (all: %v)", k.c, got, k.want, wire.By)
+		}
+	}
+	if m.get(worker.VisibilityRequests) < 1 || m.get(worker.DeleteRequests) < 3 || m.get(worker.ReceiveRequests) < 4 {
+		t.Errorf("counted %d visibility changes, %d deletes, %d receives; want at least 1, 3 and 4 for %d messages and a failure",
+			m.get(worker.VisibilityRequests), m.get(worker.DeleteRequests), m.get(worker.ReceiveRequests), n)
+	}
+}
+
+// shortPolls is an *sqs.Client whose long polls the server answers at once: it sends each
+// ReceiveMessage with WaitTimeSeconds 0, as a server or proxy that cuts long polls short would
+// have them answered (fauxqs answers every waiting long poll, empty, when one message arrives).
+type shortPolls struct{ receiveLog }
+
+func (c *shortPolls) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	cp := *in
+	cp.WaitTimeSeconds = 0
+	return c.receiveLog.ReceiveMessage(ctx, &cp, optFns...)
+}
+
+// TestEarlyEmptyReceivesDoNotSpin (the harness's SQS server, an empty queue, long polls answered
+// at once by shortPolls): a poller whose long poll came back empty well before its wait time
+// waits ReceiveLinger before it receives again, instead of sending a request as fast as the
+// server answers. With one poller, each receive starts at least ReceiveLinger after the one
+// before it ended.
+func TestEarlyEmptyReceivesDoNotSpin(t *testing.T) {
+	t.Parallel()
+	const linger = 100 * time.Millisecond
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "earlyempty"})
+	c := &shortPolls{receiveLog{Client: newClient(t)}}
+	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: 5 * time.Second, Pollers: 1, Concurrency: 1,
+		ReceiveLinger: linger, Logger: sqstest.Logger(t),
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	sqstest.WaitFor(t, time.Minute, "six receives", func() (bool, string) {
+		n := len(c.snapshot())
+		return n >= 6, fmt.Sprintf("%d receives", n)
+	})
+	calls := c.snapshot()
+	for i := 1; i < len(calls); i++ {
+		if calls[i].got != 0 || calls[i-1].got != 0 {
+			t.Fatalf("receive %d brought a message from an empty queue", i)
+		}
+		if gap := calls[i].start.Sub(calls[i-1].end); gap < linger {
+			t.Errorf("receive %d started %v after the empty one before it ended; want at least ReceiveLinger, %v", i, gap, linger)
+		}
 	}
 }

@@ -25,6 +25,9 @@ const (
 	pauseBackoffMax = 30 * time.Second
 	// shortPollIdle is the pause after an empty receive when long polling is off.
 	shortPollIdle = 200 * time.Millisecond
+	// maxEarlyEmptyWait bounds a poller's wait after empty long polls in a row that came back
+	// early (earlyEmptyWait).
+	maxEarlyEmptyWait = time.Second
 	// callTimeout bounds each visibility and delete call.
 	callTimeout = 15 * time.Second
 	// capMargin keeps every visibility request clear of the 12-hour cap (see lease.go).
@@ -43,7 +46,8 @@ const (
 // Config.HandlerBatch for a [BatchHandler]). It deletes a message only after its handler
 // succeeded.
 type Worker struct {
-	client SQSClient
+	client SQSClient          // the caller's, under a countingClient
+	sdk    SQSClient          // the caller's, as it was given (for its Options)
 	opt    func(*sqs.Options) // passed on every SQS call (callOption)
 	cfg    Config
 	log    *slog.Logger
@@ -97,7 +101,8 @@ func New(client SQSClient, cfg *Config) (*Worker, error) {
 			"a long poll would time out; raise the HTTP timeout or lower Config.WaitTime", c.WaitTime, t)
 	}
 	w := &Worker{
-		client:        client,
+		client:        countingClient{SQSClient: client, m: c.Metrics},
+		sdk:           client,
 		opt:           callOption(client),
 		cfg:           c,
 		log:           c.Logger,
@@ -253,7 +258,7 @@ func (w *Worker) prepare(ctx context.Context) (*Queue, time.Duration, *slog.Logg
 // endpoint names the SQS endpoint the client talks to, for errors: its configured base
 // endpoint, else the queue URL's.
 func (w *Worker) endpoint() string {
-	if oc, ok := w.client.(interface{ Options() sqs.Options }); ok {
+	if oc, ok := w.sdk.(interface{ Options() sqs.Options }); ok {
 		if ep := aws.ToString(oc.Options().BaseEndpoint); ep != "" {
 			return ep
 		}

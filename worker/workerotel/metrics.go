@@ -55,17 +55,22 @@ type histogram struct {
 // Units and descriptions of the sqsinbox.worker.* counters. A counter the worker adds later gets
 // "{message}" and a description naming it.
 var counterDocs = map[worker.Counter][2]string{
-	worker.Processed:      {"{message}", "Messages whose handler succeeded."},
-	worker.Duplicates:     {"{message}", "Messages whose event was processed before (deleted without running)."},
-	worker.Failed:         {"{message}", "Handler errors, panics and timeouts."},
-	worker.Retried:        {"{message}", "Messages handed back for a later delivery."},
-	worker.Blocked:        {"{message}", "Messages handed back because another consumer held their event's claim."},
-	worker.Discarded:      {"{message}", "Messages deleted without effect because the handler said so."},
-	worker.Released:       {"{message}", "Messages made visible again without being run."},
-	worker.Deleted:        {"{message}", "Messages deleted from the queue."},
-	worker.DeleteFailures: {"{message}", "Deletes given up on (the message will be delivered again)."},
-	worker.Heartbeats:     {"{extension}", "Visibility extensions of running handlers."},
-	worker.ReceiveErrors:  {"{call}", "Failed ReceiveMessage calls."},
+	worker.Processed:          {"{message}", "Messages whose handler succeeded."},
+	worker.Duplicates:         {"{message}", "Messages whose event was processed before (deleted without running)."},
+	worker.Failed:             {"{message}", "Handler errors, panics and timeouts."},
+	worker.Retried:            {"{message}", "Messages handed back for a later delivery."},
+	worker.Blocked:            {"{message}", "Messages handed back because another consumer held their event's claim."},
+	worker.Discarded:          {"{message}", "Messages deleted without effect because the handler said so."},
+	worker.Released:           {"{message}", "Messages made visible again without being run."},
+	worker.Deleted:            {"{message}", "Messages deleted from the queue."},
+	worker.DeleteFailures:     {"{message}", "Deletes given up on (the message will be delivered again)."},
+	worker.Heartbeats:         {"{extension}", "Visibility extensions of running handlers."},
+	worker.ReceiveErrors:      {"{call}", "Failed ReceiveMessage calls."},
+	worker.SQSRequests:        {"{request}", "SQS API calls the worker made (what SQS bills; divided by received: the requests a message costs)."},
+	worker.ReceiveRequests:    {"{request}", "ReceiveMessage calls."},
+	worker.EmptyReceives:      {"{request}", "ReceiveMessage calls that returned no message."},
+	worker.DeleteRequests:     {"{request}", "DeleteMessageBatch and DeleteMessage calls."},
+	worker.VisibilityRequests: {"{request}", "ChangeMessageVisibility(Batch) calls: heartbeats, retry delays and releases."},
 }
 
 // processBuckets are the conventions' advice for messaging.process.duration, in seconds, with

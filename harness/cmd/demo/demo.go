@@ -345,7 +345,7 @@ func run(ctx context.Context, o options) (err error) {
 	row("", "warehouse", "loyalty")
 	row("events published", thousands(len(events)+1), "")
 	row("messages published", thousands(len(msgs)+2), "")
-	var cells [6][]string
+	var cells [8][]string
 	for _, sub := range fan.subs {
 		total := sub.m.snapshot()
 		rows, err := inboxRows(ctx, pool, sub.name, eventIDs)
@@ -368,6 +368,9 @@ func run(ctx context.Context, o options) (err error) {
 		cells[3] = append(cells[3], thousands(total.failed))
 		cells[4] = append(cells[4], thousands(rows))
 		cells[5] = append(cells[5], fmt.Sprintf("%d / %d", left, inDLQ))
+		delivered := total.handled() + total.failed
+		cells[6] = append(cells[6], thousands(total.requests))
+		cells[7] = append(cells[7], fmt.Sprintf("%.2f", float64(total.requests)/float64(max(delivered, 1))))
 	}
 	row("delivered to the queue", cells[0]...)
 	row("processed (one effect each)", cells[1]...)
@@ -377,6 +380,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	row("inbox rows (handler, event)", cells[4]...)
 	row("left in the queue / its DLQ", cells[5]...)
+	// What SQS bills: every request, the idle long polls of the story's pauses included.
+	row("SQS requests (the bill)", cells[6]...)
+	row("SQS requests per delivery", cells[7]...)
 	say("  pick tasks per order: min %d, max %d, over %s orders; points: %d per new event, for %s customers",
 		lo, hi, thousands(len(ids)), loyalty.PointsPerOrder, thousands(len(wantPoints)-badPoints))
 	say("  time taken: %.1fs in all; the %s messages were published in %.1fs, and both queues drained %.1fs after the first was published (%s deliveries/s)",
@@ -492,7 +498,7 @@ type counters struct {
 	c  snapshot
 }
 
-type snapshot struct{ processed, duplicates, failed, batches, batched int }
+type snapshot struct{ processed, duplicates, failed, batches, batched, requests int }
 
 func (s snapshot) handled() int { return s.processed + s.duplicates }
 
@@ -512,6 +518,8 @@ func (m *counters) Add(c worker.Counter, n int) {
 		m.c.batches += n
 	case worker.BatchedMessages:
 		m.c.batched += n
+	case worker.SQSRequests:
+		m.c.requests += n
 	}
 }
 func (m *counters) Observe(worker.Histogram, time.Duration) {}

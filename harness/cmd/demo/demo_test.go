@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +51,19 @@ func TestDemo(t *testing.T) {
 	} {
 		if got := tableRow(out.String(), row); !slices.Equal(got, want) {
 			t.Errorf("row %q is %q, want %q", row, got, want)
+		}
+	}
+	// What SQS bills: each worker counted its requests (worker.SQSRequests), at least a receive
+	// and a delete per ten deliveries.
+	delivered, requests := tableRow(out.String(), "delivered to the queue"), tableRow(out.String(), "SQS requests (the bill)")
+	if len(delivered) != 2 || len(requests) != 2 {
+		t.Fatalf("rows delivered %q and requests %q, want two cells each", delivered, requests)
+	}
+	for i := range 2 {
+		d, err1 := strconv.Atoi(strings.ReplaceAll(delivered[i], ",", ""))
+		r, err2 := strconv.Atoi(strings.ReplaceAll(requests[i], ",", ""))
+		if err1 != nil || err2 != nil || r < 2*((d+9)/10) {
+			t.Errorf("column %d: %q requests for %q deliveries; want at least a receive and a delete per ten", i, requests[i], delivered[i])
 		}
 	}
 	// Loyalty's subscription delivers SNS envelopes, except on GoAws, whose envelopes are
