@@ -177,8 +177,10 @@ environment:
 }
 
 // Run runs the example until ctx ends (the worker), or until the migrations are applied
-// (`migrate`).
-func Run(ctx context.Context, spec Spec, o Options) error {
+// (`migrate`). A worker whose ctx ends while it is still starting (ECS stops a task that has
+// not come up yet) has processed nothing: Run logs what the stop interrupted and returns nil.
+// An interrupted `migrate` returns its error, since the migrations may not all be applied.
+func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	getenv := o.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -196,6 +198,14 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 	default:
 		return errUsage
 	}
+
+	started := false
+	defer func() {
+		if !migrateOnly && !started && err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			log.Info(spec.Name+": stopped while starting", "cause", context.Cause(ctx), "interrupted", err.Error())
+			err = nil
+		}
+	}()
 
 	concurrency := cmp.Or(o.Worker.Concurrency, DefaultConcurrency)
 	// One connection per handler, plus the purge loop. The server is asked at once, so a wrong
@@ -262,6 +272,7 @@ func Run(ctx context.Context, spec Spec, o Options) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
+	started = true
 	log.Info(spec.Name+": running", "queue", w.Queue().Name)
 	if o.Started != nil {
 		o.Started(w)

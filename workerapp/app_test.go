@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +268,38 @@ func TestHealthcheckSubcommand(t *testing.T) {
 	err = workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"healthcheck"}, Getenv: env(nil)})
 	if err == nil || !strings.Contains(err.Error(), "HEALTH_ADDR") {
 		t.Errorf("healthcheck without an address = %v, want an error naming HEALTH_ADDR", err)
+	}
+}
+
+// TestStopWhileStarting (GoAws or fauxqs, and PostgreSQL): a stop that comes while the worker is
+// still starting (here: as the example builds its handler, before the queue is looked up) ends
+// Run with nil, since nothing was processed, and the message waiting in the queue stays there
+// for the next worker. An interrupted `migrate` still reports its error.
+func TestStopWhileStarting(t *testing.T) {
+	t.Parallel()
+	srv.Migrate(t, spec)
+	q := srv.Queue(t, "stopstart")
+	srv.Send(t, q.URL, []sqstest.Message{{Body: `{"id":"1"}`}})
+	ctx, cancel := context.WithCancel(t.Context())
+	var calls atomic.Int32
+	stopping := workerapp.Spec{Name: "stopstart", Handler: func(context.Context, *workerapp.Deps) (worker.Handler, error) {
+		cancel() // SIGTERM arrives
+		return worker.HandlerFunc(func(context.Context, *worker.Message) error { calls.Add(1); return nil }), nil
+	}}
+	if err := workerapp.Run(ctx, stopping, workerapp.Options{Getenv: srv.Getenv(q.URL), Logger: exampletest.Logger(t)}); err != nil {
+		t.Fatalf("a worker stopped while starting returned %v, want nil", err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the handler was never built: the stop did not come during start-up")
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the handler ran %d times in a worker stopped before it started", n)
+	}
+	if n, err := sqstest.Count(t.Context(), srv.SQS.Client(), q.URL); err != nil || n != 1 {
+		t.Errorf("the queue holds %d messages (%v) after the stopped start, want the 1 sent", n, err)
+	}
+	err := workerapp.Run(ctx, spec, workerapp.Options{Args: []string{"migrate"}, Getenv: srv.Getenv(q.URL), Logger: exampletest.Logger(t)})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("an interrupted migrate returned %v, want an error wrapping context.Canceled", err)
 	}
 }

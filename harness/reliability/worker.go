@@ -351,6 +351,12 @@ func WorkerMain() int {
 	met := &counters{}
 	cfg.Metrics = met
 	w, err := StartWorker(ctx, cfg)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// SIGTERM came while the worker was starting (the run ended just after a restart):
+		// nothing was processed, and like workerapp the process stops cleanly.
+		fmt.Fprintln(os.Stderr, "reliability worker: stopped while starting", cfg.ID+":", err)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reliability worker:", err)
 		return 2
