@@ -118,11 +118,16 @@ type Config struct {
 	// request: at a light load, receiving each message as it comes costs several requests per
 	// ten messages. The wait is the time the rest of the batch takes to arrive at the rate the
 	// poller's last receive saw, at most ReceiveLinger; a full receive never waits, nor does an
-	// empty one that waited out its long poll, so a backlog and an idle queue cost nothing. An
-	// empty receive that came back before half its wait time (SQS never does; some emulators and
-	// proxies do) waits ReceiveLinger, so that pollers do not spin on such a server. What it
-	// costs is latency: a message that arrives during the wait waits for it. 0 means
+	// empty one that waited out its long poll, so a backlog and an idle queue cost nothing. What
+	// it costs is latency: a message that arrives during the wait waits for it. 0 means
 	// DefaultReceiveLinger (50 ms); negative means no wait; at most 1 s.
+	//
+	// Empty receives back before half their wait time (SQS never answers so; some emulators and
+	// proxies do) are retried at once if some poller got a message meanwhile (fauxqs lets every
+	// waiting poll go when a message arrives); when two come back in a row with none received
+	// meanwhile, the poller waits ReceiveLinger (DefaultReceiveLinger if negative), twice as long
+	// after each further one, up to 1 s, so that pollers do not spin on a server that does not
+	// wait.
 	ReceiveLinger time.Duration
 
 	// Prefetch is the number of received messages the worker may hold, beyond those its handlers

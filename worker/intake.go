@@ -22,7 +22,7 @@ func (w *Worker) poll(id int) {
 	ctx := w.life.StopContext()
 	fails := 0
 	var prev time.Time // when this poller's last receive was sent
-	early := 0         // empty receives in a row that came back early (earlyEmptyWait)
+	var early earlyEmpties
 	for {
 		if ok, wake := w.size.active(id); !ok {
 			// Not needed at this receive latency: wait until the sizer wants more pollers.
@@ -78,18 +78,17 @@ func (w *Worker) poll(id int) {
 			if w.cfg.WaitTime < 0 && sleep(ctx, shortPollIdle) != nil {
 				return
 			}
-			wait := earlyEmptyWait(w.cfg.ReceiveLinger, w.cfg.WaitTime, time.Since(sent), early)
-			if wait == 0 {
-				early = 0
+			if !earlyEmpty(w.cfg.WaitTime, time.Since(sent)) {
+				early.n = 0
 				continue
 			}
-			early++
-			if sleep(ctx, wait) != nil {
+			if wait := early.wait(w.cfg.ReceiveLinger, w.lastGot.Load()); wait > 0 && sleep(ctx, wait) != nil {
 				return
 			}
 			continue
 		}
-		early = 0
+		early.n = 0
+		w.lastGot.Store(time.Now().UnixNano())
 		w.dispatch(msgs, n, requested, false)
 		if wait := receiveLinger(w.cfg.ReceiveLinger, len(msgs), n, sent, prev); wait > 0 && sleep(ctx, wait) != nil {
 			return
@@ -113,22 +112,49 @@ func receiveLinger(limit time.Duration, got, asked int, sent, prev time.Time) ti
 	return min(limit, cycle*time.Duration(asked-got)/time.Duration(got))
 }
 
-// earlyEmptyWait is how long a poller waits before its next receive after a long poll of
-// waitTime that came back empty after took, right after before such early empty ones: nothing if
-// it came back after half its wait time or more; else limit (Config.ReceiveLinger), doubled for
-// each early empty one before it, up to maxEarlyEmptyWait. SQS answers
-// a long poll empty only when its wait time has passed; a server that answers earlier (fauxqs
-// answers every waiting long poll as soon as one message arrives, all but one of them empty; a
-// proxy may cut long polls short) would otherwise have every poller receive again and again, a
-// request each time, as fast as it answers. A receive that brings a message starts the count
-// again.
-func earlyEmptyWait(limit, waitTime, took time.Duration, before int) time.Duration {
-	if limit <= 0 || waitTime <= 0 || took >= waitTime/2 {
+// earlyEmpty reports whether an empty long poll of waitTime came back early: after took, less
+// than half its wait time. SQS answers a long poll empty only when its wait time has passed; a
+// server that answers earlier either lets every waiting poll go when a message arrives, all but
+// one of them empty (fauxqs), or does not wait at all (a proxy that cuts long polls short, a
+// server that ignores WaitTimeSeconds), where a poller that received again at once would send
+// requests as fast as the server answers.
+func earlyEmpty(waitTime, took time.Duration) bool {
+	return waitTime > 0 && took < waitTime/2
+}
+
+// earlyEmpties counts a poller's early empty receives in a row (earlyEmpty).
+type earlyEmpties struct {
+	n   int   // how many; 0 after a receive that was not an early empty one
+	got int64 // Worker.lastGot when the first of them came back
+}
+
+// wait is how long the poller waits after one more early empty receive, got being
+// Worker.lastGot now. If some poller got a message since the first of the row, the server let
+// this poll go because a message arrived (fauxqs does): no wait, as a poll still waiting on SQS
+// would have caught the next message, and the row starts again. Else the server answers empty
+// without waiting: earlyEmptyWait.
+func (e *earlyEmpties) wait(limit time.Duration, got int64) time.Duration {
+	if e.n == 0 || got != e.got {
+		e.n, e.got = 1, got
 		return 0
+	}
+	d := earlyEmptyWait(limit, e.n)
+	e.n++
+	return d
+}
+
+// earlyEmptyWait is how long a poller waits before its next receive after early empty ones in a
+// row (earlyEmpty) with no message received by any poller since the first of them, the first
+// included in before (at least 1; the first does not wait): limit (Config.ReceiveLinger) after
+// the second, doubled for each one after that, up to maxEarlyEmptyWait. With ReceiveLinger off
+// (limit negative) it starts at DefaultReceiveLinger: the guard is not a linger.
+func earlyEmptyWait(limit time.Duration, before int) time.Duration {
+	if limit <= 0 {
+		limit = DefaultReceiveLinger
 	}
 	ceiling := max(limit, maxEarlyEmptyWait)
 	wait := limit
-	for range before {
+	for range before - 1 {
 		if wait >= ceiling {
 			break
 		}

@@ -173,22 +173,47 @@ func TestEarlyEmptyWait(t *testing.T) {
 	t.Parallel()
 	const limit = 50 * time.Millisecond
 	for _, c := range []struct {
-		limit, waitTime, took time.Duration
-		before                int
-		want                  time.Duration
+		waitTime, took time.Duration
+		want           bool
 	}{
-		{limit, 20 * time.Second, time.Millisecond, 0, limit},                // answered at once: wait
-		{limit, 20 * time.Second, 9 * time.Second, 0, limit},                 // well before the wait time
-		{limit, 20 * time.Second, time.Millisecond, 1, 2 * limit},            // the second in a row
-		{limit, 20 * time.Second, time.Millisecond, 3, 8 * limit},            // the fourth
-		{limit, 20 * time.Second, time.Millisecond, 1000, maxEarlyEmptyWait}, // capped
-		{limit, 20 * time.Second, 10 * time.Second, 3, 0},                    // half the wait time
-		{limit, 20 * time.Second, 20*time.Second + time.Millisecond, 0, 0},   // waited out: an idle queue
-		{-1, 20 * time.Second, time.Millisecond, 0, 0},                       // ReceiveLinger off
-		{limit, -1, time.Millisecond, 0, 0},                                  // short polls (their own idle sleep)
+		{20 * time.Second, time.Millisecond, true},                   // answered at once
+		{20 * time.Second, 9 * time.Second, true},                    // well before the wait time
+		{20 * time.Second, 10 * time.Second, false},                  // half the wait time
+		{20 * time.Second, 20*time.Second + time.Millisecond, false}, // waited out: an idle queue
+		{-1, time.Millisecond, false},                                // short polls (their own idle sleep)
 	} {
-		if got := earlyEmptyWait(c.limit, c.waitTime, c.took, c.before); got != c.want {
-			t.Errorf("earlyEmptyWait(%v, %v, %v, %d) = %v, want %v", c.limit, c.waitTime, c.took, c.before, got, c.want)
+		if got := earlyEmpty(c.waitTime, c.took); got != c.want {
+			t.Errorf("earlyEmpty(%v, %v) = %v, want %v", c.waitTime, c.took, got, c.want)
 		}
+	}
+	for _, c := range []struct {
+		limit  time.Duration
+		before int
+		want   time.Duration
+	}{
+		{limit, 1, limit},                // the second in a row
+		{limit, 2, 2 * limit},            // the third
+		{limit, 4, 8 * limit},            // the fifth
+		{limit, 1000, maxEarlyEmptyWait}, // capped
+		{-1, 1, DefaultReceiveLinger},    // ReceiveLinger off: the guard still waits
+	} {
+		if got := earlyEmptyWait(c.limit, c.before); got != c.want {
+			t.Errorf("earlyEmptyWait(%v, %d) = %v, want %v", c.limit, c.before, got, c.want)
+		}
+	}
+	// A row of early empty receives: the first never waits; the next ones wait, doubling, while
+	// no poller gets a message (lastGot stays 7); one that did (lastGot 9) starts the row again.
+	var e earlyEmpties
+	for i, c := range []struct {
+		got  int64
+		want time.Duration
+	}{{7, 0}, {7, limit}, {7, 2 * limit}, {7, 4 * limit}, {9, 0}, {9, limit}, {12, 0}, {13, 0}, {13, limit}} {
+		if d := e.wait(limit, c.got); d != c.want {
+			t.Errorf("early empty %d (lastGot %d): wait %v, want %v", i, c.got, d, c.want)
+		}
+	}
+	e.n = 0 // a receive that was not early and empty
+	if d := e.wait(limit, 13); d != 0 {
+		t.Errorf("the first early empty after another receive waits %v, want 0", d)
 	}
 }

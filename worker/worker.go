@@ -61,6 +61,7 @@ type Worker struct {
 	stopping      atomic.Bool
 	receiveFailed episodeLog   // failed-receive lines: one warning per episode
 	lastReceive   atomic.Int64 // unix nanoseconds of the last ReceiveMessage that succeeded
+	lastGot       atomic.Int64 // unix nanoseconds of the last ReceiveMessage that brought messages
 	recvStarted   atomic.Int64 // unix nanoseconds of the start of the pollers' last ReceiveMessage
 	startedAt     time.Time
 
