@@ -117,13 +117,15 @@ func runFIFO(ctx context.Context, e *Env, s Size, name string, control bool) (*R
 				break // nothing left to kill in the middle of: the drain does the rest
 			}
 		}
-		i := rand.IntN(workers)
-		held, err := r.waitHolding(ctx, apps[i], 5*time.Second)
+		// Any process may be the one holding work: FIFO receives can hand every group to one of
+		// them, and a kill that waited on a process picked at random missed the run's whole
+		// processing window when it kept picking idle ones.
+		i, held, err := r.waitHolding(ctx, apps, 5*time.Second)
 		if err != nil {
 			return nil, err
 		}
 		if held == 0 {
-			continue // its groups are idle: try another moment
+			continue // every group is idle: try another moment
 		}
 		procs[i].Kill()
 		kills++
@@ -178,17 +180,31 @@ func withApplicationName(dbURL, app string) (string, error) {
 	return u.String(), nil
 }
 
-// waitHolding waits up to timeout for the sessions named app to hold an open inbox transaction
-// (see [Run.heldClaims]), and returns how many they hold: 0 if none did in time.
-func (r *Run) waitHolding(ctx context.Context, app string, timeout time.Duration) (int, error) {
+// waitHolding waits up to timeout for any of the sessions named in apps to hold an open inbox
+// transaction (see [Run.heldClaims]), and returns the index of one that does, picked at random
+// among them, and how many its sessions hold: 0 if none did in time.
+func (r *Run) waitHolding(ctx context.Context, apps []string, timeout time.Duration) (int, int, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		n, err := r.heldClaims(ctx, app)
-		if err != nil || n > 0 || time.Now().After(deadline) {
-			return n, err
+		holding, counts := []int(nil), make([]int, len(apps))
+		for i, app := range apps {
+			n, err := r.heldClaims(ctx, app)
+			if err != nil {
+				return 0, 0, err
+			}
+			if counts[i] = n; n > 0 {
+				holding = append(holding, i)
+			}
+		}
+		if len(holding) > 0 {
+			i := holding[rand.IntN(len(holding))]
+			return i, counts[i], nil
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, nil
 		}
 		if err := sleep(ctx, 10*time.Millisecond); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 }
