@@ -152,8 +152,11 @@ type Config struct {
 	// ceil(1.3 × R × L / BatchSize) + 1 pollers, at least DefaultPollers (what the loopback needs)
 	// and at most MaxPollers (64); with SQS 20 ms away that is several times the loopback's. L is
 	// the fastest receive that returned messages (the round trip without the wait in a busy
-	// server's queue, which more pollers would only lengthen). On an empty queue the sized
-	// pollers fall to one long poll until a receive returns messages. Negative is an error.
+	// server's queue, which more pollers would only lengthen). While the receives come back less
+	// than half full on average (no backlog: each takes what arrived since the one before), the
+	// floor is 2 pollers instead, since more would only split the arrivals into more, smaller
+	// receives. On an empty queue the sized pollers fall to one long poll until a receive returns
+	// messages. Negative is an error.
 	Pollers int
 
 	// MaxPerGroup is the most runners (handler calls, each a message or a batch) that the messages

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,4 +94,77 @@ func TestIdleQueueOnePoller(t *testing.T) {
 		return handled.Load() >= n, fmt.Sprintf("%d of %d handled", handled.Load(), n)
 	})
 	sqstest.WaitFor(t, time.Minute, "one poller on the drained queue", onePoll)
+}
+
+// TestLightLoadTwoPollers (the harness's SQS server: GoAws, or fauxqs): while messages arrive a
+// few at a time, so that each receive comes back with what arrived since the one before, the
+// sized pollers fall to two (more would only split the arrivals into more receives, each billed),
+// and a backlog brings them back to at least the default.
+func TestLightLoadTwoPollers(t *testing.T) {
+	t.Parallel()
+	const concurrency = 100
+	minP := worker.DefaultPollers(concurrency, 1, worker.DefaultBatchSize)
+	if minP <= 2 {
+		t.Fatalf("DefaultPollers(%d, 1, %d) = %d: the test needs more than 2", concurrency, worker.DefaultBatchSize, minP)
+	}
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "light"})
+	hold := make(chan struct{})
+	var handled atomic.Int64
+	w, err := worker.New(newClient(t), &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Concurrency: concurrency,
+		Logger: sqstest.Logger(t),
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if strings.HasPrefix(string(m.Body), `{"backlog"`) {
+				select { // held: the backlog stays in the queue while the pollers grow
+				case <-hold:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			handled.Add(1)
+			return nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := true
+	defer func() {
+		if held {
+			close(hold)
+		}
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	// A trickle: one message every 20 ms (a light load, not a wait for anything) until the
+	// pollers are down to two.
+	sender := newClient(t)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; w.State().Pollers != 2; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute of a message every 20 ms (%d handled): %d pollers, want 2", handled.Load(), w.State().Pollers)
+		}
+		if err := sqstest.Send(ctx, sender, q.URL, []sqstest.Message{{Body: `{"trickle":"` + strconv.Itoa(i) + `"}`}}); err != nil {
+			t.Fatal(err)
+		}
+		<-tick.C
+	}
+	msgs := make([]sqstest.Message, 400)
+	for i := range msgs {
+		msgs[i] = sqstest.Message{Body: `{"backlog":"` + strconv.Itoa(i) + `"}`}
+	}
+	if err := sqstest.Send(ctx, sender, q.URL, msgs); err != nil {
+		t.Fatal(err)
+	}
+	sqstest.WaitFor(t, time.Minute, "the pollers back for the backlog", func() (bool, string) {
+		st := w.State()
+		return st.Pollers >= minP, fmt.Sprintf("%d pollers, want at least %d", st.Pollers, minP)
+	})
+	close(hold)
+	held = false
 }

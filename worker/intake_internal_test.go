@@ -132,7 +132,8 @@ func (f batchFunc) HandleBatch(ctx context.Context, b *Batch) []error {
 // TestSizerFeed (no server): the pollers grow past what Little's law asks for while the receives
 // come back full and the runners have less than half a round of batches waiting, stay while less
 // than a round waits, and fall back to the law's count once a whole round waits; receives that
-// come back short (no backlog) never grow them. And the round trip they are sized from is the
+// come back short (no backlog) never grow them, and those less than half full on average (a light
+// load) let them fall to the floor. And the round trip they are sized from is the
 // fastest receive, drifting up 1% a look.
 func TestSizerFeed(t *testing.T) {
 	t.Parallel()
@@ -146,7 +147,8 @@ func TestSizerFeed(t *testing.T) {
 	}{
 		{"full, runners short", 4, 10, 100, 20, 9},
 		{"full, runners short, law asks more", 20, 10, 100, 20, 20},
-		{"short receives", 4, 10, 40, 0, 8},
+		{"half-full receives", 4, 10, 60, 0, 8},
+		{"short receives (a light load): down to the floor", 2, 10, 40, 0, 2},
 		{"half a round waiting", 4, 10, 100, 60, 8},
 		{"a round waiting", 4, 10, 100, 100, 4},
 		{"a round waiting, law asks more", 12, 10, 100, 100, 12},

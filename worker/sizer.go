@@ -15,9 +15,9 @@ import (
 // Config.Pollers is 0, the worker measures L (the fastest ReceiveMessage call that returned
 // messages: the round trip without the wait in the server's queue, see roundTrip) and R
 // (messages settled per second) and runs at least ceil(1.3 × R × L / BatchSize) + 1 pollers,
-// never fewer than DefaultPollers gives and never more than MaxPollers; while the receives are
-// what limits R, that is more than run now, so the count grows until the runners or the server
-// are the limit. A server slow to answer (not far) limits the receives too: while they come back
+// never fewer than DefaultPollers gives (2 at a light load: see floor) and never more than
+// MaxPollers; while the receives are what limits R, that is more than run now, so the count
+// grows until the runners or the server are the limit. A server slow to answer (not far) limits the receives too: while they come back
 // full and the runners have less than half a round of batches waiting, the count grows as well,
 // and it falls back once a whole round waits (feed). When Config.Prefetch is 0, the slots grow
 // with the pollers, so that the messages on their way have room: the capacity is Concurrency ×
@@ -277,8 +277,8 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 				// The queue is empty: one long poll waits for it.
 				pollers = 1
 			case s.auto && calls > lastCalls:
-				rate := float64(settled-lastSettled) / window
-				pollers = s.feed(s.want(rate, s.roundTrip()), runners, calls-lastCalls, msgs-lastMsgs, e.held.Load())
+				rate, c, m := float64(settled-lastSettled)/window, calls-lastCalls, msgs-lastMsgs
+				pollers = s.feed(s.want(rate, s.roundTrip(), s.floor(c, m)), runners, c, m, e.held.Load())
 			}
 			if s.autoRun && ran > lastRun {
 				runners = s.wantRunners(runners, time.Duration(busy-lastBusy).Seconds(), int(ran-lastRun), window, e.held.Load())
@@ -286,7 +286,8 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 			s.resize(e, pollers, runners, idle)
 		}
 		last, lastSettled, lastCalls, lastMsgs, lastErrs, lastBusy, lastRun, lastEmpty = now, settled, calls, msgs, errs, busy, ran, empty
-		s.idle.Store(s.auto && int(s.pollers.Load()) < s.minP)
+		// Idle is one poller: a light load's floor is 2 (see floor), the others' more.
+		s.idle.Store(s.auto && s.pollers.Load() == 1 && s.minP > 1)
 		if int(s.pollers.Load()) > pollers0 {
 			t.Reset(growEvery)
 		} else {
@@ -348,16 +349,36 @@ func (s *sizer) feed(floor, runners int, calls, msgs, held int64) int {
 	switch {
 	case full && held < round/2:
 		return max(floor, cur+1)
-	case held < round:
+	case held < round && !s.light(calls, msgs):
 		return max(floor, cur)
 	}
 	return floor
 }
 
-// want is the pollers that keep R × L messages on their way, with a margin.
-func (s *sizer) want(rate, latency float64) int {
+// lightPollers is the fewest pollers the sizer runs while messages arrive slower than its
+// receives take them (see [sizer.floor]).
+const lightPollers = 2
+
+// light reports whether the receives since the last look came back less than half full on
+// average: the queue has no backlog, each receive takes what arrived since the one before it.
+func (s *sizer) light(calls, msgs int64) bool { return msgs*2 < calls*int64(s.batch) }
+
+// floor is the fewest pollers for the next look, from the receives since the last one: the
+// minimum, or lightPollers at a light load. Each receive there takes what arrived since the
+// receive before it, so more pollers only split the arrivals into more, smaller receives (SQS
+// bills each), and fewer lose nothing while the receives are half empty: a rise of the load
+// fills them, and the next look grows the pollers back.
+func (s *sizer) floor(calls, msgs int64) int {
+	if s.light(calls, msgs) {
+		return min(lightPollers, s.minP)
+	}
+	return s.minP
+}
+
+// want is the pollers that keep R × L messages on their way, with a margin, and at least floor.
+func (s *sizer) want(rate, latency float64, floor int) int {
 	n := int(math.Ceil(1.3*rate*latency/float64(s.batch))) + 1
-	return min(max(n, s.minP), s.maxP)
+	return min(max(n, floor), s.maxP)
 }
 
 // resize moves the poller count towards want: up at once, at least doubling (while the receives
