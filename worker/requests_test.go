@@ -160,8 +160,11 @@ func TestBacklogReceivesFullBatches(t *testing.T) {
 		asked, got, calls = asked+call.asked, got+call.got, calls+1
 	}
 	t.Logf("%d receives brought %d messages; they asked for %.1f on average", calls, got, float64(asked)/float64(calls))
-	if float64(asked) < 9*float64(calls) {
-		t.Fatalf("the receives that brought messages asked for %.1f on average; want at least 9 of 10", float64(asked)/float64(calls))
+	// Taken in turn, 10.0 on a quiet machine and 8.7-9.9 under two CPU burners (a poller that
+	// waited gatherWait for slots a descheduled handler holds receives for fewer); without the
+	// turns, 6.8-7.5 on a quiet machine.
+	if float64(asked) < 8*float64(calls) {
+		t.Fatalf("the receives that brought messages asked for %.1f on average; want at least 8 of 10", float64(asked)/float64(calls))
 	}
 }
 
