@@ -17,9 +17,9 @@ import (
 // (messages settled per second) and runs at least ceil(1.3 × R × L / BatchSize) + 1 pollers,
 // never fewer than DefaultPollers gives (2 at a light load: see floor) and never more than
 // MaxPollers; while the receives are what limits R, that is more than run now, so the count
-// grows until the runners or the server are the limit. A server slow to answer (not far) limits the receives too: while they come back
-// full and the runners have less than half a round of batches waiting, the count grows as well,
-// and it falls back once a whole round waits (feed). When Config.Prefetch is 0, the slots grow
+// grows until the runners or the server are the limit. A server slow to answer (not far) limits
+// the receives too: while they come back full and the runners have less than half a round of
+// batches waiting, the count grows as well, and it falls back once a whole round waits (feed). When Config.Prefetch is 0, the slots grow
 // with the pollers, so that the messages on their way have room: the capacity is Concurrency ×
 // HandlerBatch plus the larger of that and pollers × BatchSize.
 
