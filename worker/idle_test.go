@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,35 +40,10 @@ func TestIdleQueueOnePoller(t *testing.T) {
 	}
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "idle"})
 	c := &receivesInFlight{Client: newClient(t)}
-	release := make(chan struct{})
 	var handled atomic.Int64
-	w, err := worker.New(c, &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Concurrency: concurrency,
-		Logger: sqstest.Logger(t),
-		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			handled.Add(1)
-			return nil
-		})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, release, stop := sizedWorker(t, c, q.URL, concurrency, func(*worker.Message) bool { return true }, &handled)
+	defer stop()
 	ctx := t.Context()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-		if err := w.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
 	onePoll := func() (bool, string) {
 		st := w.State()
 		return st.Pollers == 1 && c.n.Load() <= 1, fmt.Sprintf("%d pollers, %d receives in flight", st.Pollers, c.n.Load())
@@ -88,8 +64,7 @@ func TestIdleQueueOnePoller(t *testing.T) {
 		st := w.State()
 		return st.Pollers >= minP, fmt.Sprintf("%d pollers, want at least %d", st.Pollers, minP)
 	})
-	close(release)
-	released = true
+	release()
 	sqstest.WaitFor(t, 2*time.Minute, "every message handled", func() (bool, string) {
 		return handled.Load() >= n, fmt.Sprintf("%d of %d handled", handled.Load(), n)
 	})
@@ -108,37 +83,12 @@ func TestLightLoadTwoPollers(t *testing.T) {
 		t.Fatalf("DefaultPollers(%d, 1, %d) = %d: the test needs more than 2", concurrency, worker.DefaultBatchSize, minP)
 	}
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "light"})
-	hold := make(chan struct{})
 	var handled atomic.Int64
-	w, err := worker.New(newClient(t), &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Concurrency: concurrency,
-		Logger: sqstest.Logger(t),
-		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			if strings.HasPrefix(string(m.Body), `{"backlog"`) {
-				select { // held: the backlog stays in the queue while the pollers grow
-				case <-hold:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			handled.Add(1)
-			return nil
-		})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The backlog's messages are held: the rest of it stays in the queue while the pollers grow.
+	backlog := func(m *worker.Message) bool { return strings.HasPrefix(string(m.Body), `{"backlog"`) }
+	w, release, stop := sizedWorker(t, newClient(t), q.URL, concurrency, backlog, &handled)
+	defer stop()
 	ctx := t.Context()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held := true
-	defer func() {
-		if held {
-			close(hold)
-		}
-		if err := w.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
 	// A trickle: one message every 20 ms (a light load, not a wait for anything) until the
 	// pollers are down to two.
 	sender := newClient(t)
@@ -165,6 +115,40 @@ func TestLightLoadTwoPollers(t *testing.T) {
 		st := w.State()
 		return st.Pollers >= minP, fmt.Sprintf("%d pollers, want at least %d", st.Pollers, minP)
 	})
-	close(hold)
-	held = false
+	release()
+}
+
+// sizedWorker starts a worker of concurrency runners, its pollers sized by the worker, on
+// queueURL through c. Its handler counts each message in handled, after waiting for release if
+// hold says so. stop releases the held messages (once) and stops the worker; defer it.
+func sizedWorker(t *testing.T, c worker.SQSClient, queueURL string, concurrency int, hold func(*worker.Message) bool,
+	handled *atomic.Int64) (w *worker.Worker, release, stop func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	release = sync.OnceFunc(func() { close(ch) })
+	w, err := worker.New(c, &worker.Config{QueueURL: queueURL, WaitTime: time.Second, Concurrency: concurrency,
+		Logger: sqstest.Logger(t),
+		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if hold(m) {
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			handled.Add(1)
+			return nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return w, release, func() {
+		release()
+		if err := w.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
 }
