@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/workertest"
 )
 
 // receivesInFlight is an *sqs.Client that counts its ReceiveMessage calls in flight.
@@ -126,7 +127,7 @@ func sizedWorker(t *testing.T, c worker.SQSClient, queueURL string, concurrency 
 	t.Helper()
 	ch := make(chan struct{})
 	release = sync.OnceFunc(func() { close(ch) })
-	w, err := worker.New(c, &worker.Config{QueueURL: queueURL, WaitTime: time.Second, Concurrency: concurrency,
+	w = workertest.Start(t, c, &worker.Config{QueueURL: queueURL, WaitTime: time.Second, Concurrency: concurrency,
 		Logger: sqstest.Logger(t),
 		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 			if hold(m) {
@@ -139,16 +140,8 @@ func sizedWorker(t *testing.T, c worker.SQSClient, queueURL string, concurrency 
 			handled.Add(1)
 			return nil
 		})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	return w, release, func() {
 		release()
-		if err := w.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
+		workertest.Stop(t, w)
 	}
 }
