@@ -468,15 +468,20 @@ func (cp *copier) classified(bctx context.Context, m types.Message) (done bool, 
 	return false, nil
 }
 
-// move sends a copy of m to the queue, then deletes m from the DLQ.
+// move sends a copy of m to the queue, then deletes m from the DLQ. The copy keeps m's
+// MessageGroupId on every queue, not only on a FIFO one: on a standard queue it is the tenant of
+// SQS's fair queues, which the worker's MaxPerGroup counts, and a copy without it would run as
+// nobody's message.
 func (cp *copier) move(bctx context.Context, m types.Message) error {
 	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(cp.toURL),
 		MessageBody:       m.Body,
 		MessageAttributes: m.MessageAttributes,
 	}
+	if g := m.Attributes["MessageGroupId"]; g != "" || cp.fifo {
+		in.MessageGroupId = aws.String(g)
+	}
 	if cp.fifo {
-		in.MessageGroupId = aws.String(m.Attributes["MessageGroupId"])
 		in.MessageDeduplicationId = aws.String(redriveDedupID(m))
 	}
 	if _, err := cp.c.SendMessage(bctx, in); err != nil {
