@@ -184,8 +184,11 @@ func (c *RouterConfig) MessageType(m *worker.Message) (string, error) {
 // pick returns the handler for m, or the message's result when it has none.
 func (r *Router) pick(m *worker.Message) (*Handler, error) {
 	typ, err := r.typeOf(m)
-	if err != nil {
-		return nil, fmt.Errorf("inboxhandler: router: %w", err)
+	switch {
+	case err != nil && r.cfg.TypeOf != nil:
+		return nil, fmt.Errorf("inboxhandler: router: message %s: RouterConfig.TypeOf: %w", m.ID, err)
+	case err != nil:
+		return nil, err // MessageType's error names the package, the message and what it lacks
 	}
 	r.mu.RLock()
 	h, ok := r.routes[typ]
