@@ -34,6 +34,7 @@ func TestInboxLayout(t *testing.T) {
 		t.Errorf("events show: %s", r.stdout)
 	}
 	cli(t, "", append([]string{"purge", "--skip-queue-check", "--skip-keys", "--skip-outbox"}, dbArgs...)...).mustOK(t)
+	revertNewerThan(t, dbArgs, 6)
 	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "2", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "generations layout") {
 		t.Errorf("reverting 0006 and 0005 in the generations layout: exit %d, %s", r.code, r.stderr)
 	}
@@ -71,6 +72,7 @@ func TestInboxLayoutKeyTime(t *testing.T) {
 	}
 	cli(t, "", append([]string{"stats", "--no-age"}, dbArgs...)...).mustOK(t)
 	cli(t, "", append([]string{"purge", "--skip-queue-check", "--skip-keys", "--skip-outbox"}, dbArgs...)...).mustOK(t)
+	revertNewerThan(t, dbArgs, 6)
 	if r := cli(t, "", append([]string{"migrate", "down", "--only", "inbox", "--steps", "1", "--yes"}, dbArgs...)...); r.code == 0 || !strings.Contains(r.stderr, "keytime layout") {
 		t.Errorf("reverting 0006 in the keytime layout: exit %d, %s", r.code, r.stderr)
 	}

@@ -108,7 +108,7 @@ func TestConsoleRedriveWithRoutes(t *testing.T) {
 	form.Set("mode", "run")
 	r = tc.post("/redrive", form, session)
 	if r.status != http.StatusOK || !strings.Contains(r.body, "<b>1</b>never applied: moved to "+q.Name) ||
-		!strings.Contains(r.body, "<b>1</b>already applied: deleted") || !strings.Contains(r.body, `type &#34;OrderRefunded&#34; has no --route`) {
+		!strings.Contains(r.body, "<b>1</b>already applied: deleted") || !strings.Contains(r.body, `type &#34;OrderRefunded&#34; has no route among those given`) {
 		t.Fatalf("redrive with routes: status %d\n%s", r.status, r.body)
 	}
 	if got := attributesIn(t, q.URL, 1, "type"); !slices.Equal(got, []string{"OrderShipped"}) {
