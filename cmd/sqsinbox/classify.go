@@ -405,8 +405,12 @@ func (cl *classifier) classify(ctx context.Context, m types.Message) class {
 	note := ""
 	switch {
 	case applied && typed != "":
+		sorts := "--route TYPE=HANDLER sorts it"
+		if cl.published != nil {
+			sorts = "without --handler, the routes the worker published sort it"
+		}
 		note = fmt.Sprintf("applied by %s, but it carries a type (%s): --handler alone cannot tell whether %s is the handler "+
-			"of its type, so it is moved rather than deleted (the inbox absorbs it if it was applied); --route TYPE=HANDLER sorts it", handler, typed, handler)
+			"of its type, so it is moved rather than deleted (the inbox absorbs it if it was applied); %s", handler, typed, handler, sorts)
 	case applied:
 		return cl.count(classApplied, key, "")
 	}
