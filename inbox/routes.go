@@ -99,7 +99,8 @@ const routesColumns = "version, type_attribute, type_field, type_func, unknown, 
 // PublishRoutes records r as the routes of r.Queue, and returns them as kept. The same version
 // as the one kept only confirms it (ConfirmedAt and Instance); another replaces it and keeps it
 // as Previous. It is one statement, so it holds no session state (it works behind a pooler in
-// transaction mode). A schema without the routes table (migrated before it) gives an error
+// transaction mode), and its routes go as text cast to jsonb, which every pgx query mode sends
+// alike (bytes in exec or simple-protocol mode would go as bytea's text form, which jsonb refuses). A schema without the routes table (migrated before it) gives an error
 // wrapping [ErrNotMigrated]; a role that may not write it, a [*DeploymentError].
 func (ib *Inbox) PublishRoutes(ctx context.Context, r Routes) (*PublishedRoutes, error) {
 	r.Routes = maps.Clone(r.Routes)
@@ -113,14 +114,14 @@ func (ib *Inbox) PublishRoutes(ctx context.Context, r Routes) (*PublishedRoutes,
 	instance := cmp.Or(ib.cfg.Instance, DefaultInstance(ctx))
 	t := sqlident.Quote(ib.cfg.Schema, "inbox_routes")
 	row := ib.pool.QueryRow(ctx, "INSERT INTO "+t+" AS r (queue, version, type_attribute, type_field, type_func, unknown, routes, instance) "+
-		"VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (queue) DO UPDATE SET "+
+		"VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8) ON CONFLICT (queue) DO UPDATE SET "+
 		"version = EXCLUDED.version, type_attribute = EXCLUDED.type_attribute, type_field = EXCLUDED.type_field, "+
 		"type_func = EXCLUDED.type_func, unknown = EXCLUDED.unknown, routes = EXCLUDED.routes, instance = EXCLUDED.instance, "+
 		"confirmed_at = now(), "+
 		"published_at = CASE WHEN r.version = EXCLUDED.version THEN r.published_at ELSE now() END, "+
 		"previous = CASE WHEN r.version = EXCLUDED.version THEN r.previous ELSE to_jsonb(r) - 'previous' END "+
 		"RETURNING "+routesColumns,
-		r.Queue, r.Version(), r.TypeAttribute, r.TypeField, r.TypeFunc, r.Unknown, routes, instance)
+		r.Queue, r.Version(), r.TypeAttribute, r.TypeField, r.TypeFunc, r.Unknown, string(routes), instance)
 	p, err := scanRoutes(row, r.Queue)
 	if err != nil {
 		return nil, ib.routesError("publish", r.Queue, err)
