@@ -68,7 +68,8 @@ type RouterConfig struct {
 // events). A batch runs in one transaction whatever types it mixes, and on a FIFO queue a group
 // keeps its order across types: a message that fails (an unknown type included) holds back the
 // rest of its group. Every routed handler must use the same inbox. Add routes before the worker
-// starts; a Router is safe for concurrent use once it runs.
+// starts; a Router is safe for concurrent use once it runs. At start it publishes its routes in
+// the inbox ([Router.CheckQueue]), which `sqsinbox redrive` and the console classify by.
 type Router struct {
 	ib     *inbox.Inbox
 	cfg    RouterConfig
