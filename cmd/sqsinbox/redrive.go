@@ -80,11 +80,12 @@ type redriveOptions struct {
 // redriveFlags is redrive's flag set, and the options its flags set.
 func redriveFlags(e env) (*flags, *redriveOptions) {
 	o := &redriveOptions{set: map[string]bool{}}
-	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H | --route TYPE=H... [--dry-run]] [flags]",
+	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H | --route TYPE=H... | --unclassified] [--dry-run] [flags]",
 		"  sqsinbox redrive --from warehouse-dlq --to warehouse\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --handler warehouse --dry-run\n"+
-			"  sqsinbox redrive --from orders-dlq --to orders --route OrderPaid=orders-paid --route OrderShipped=orders-shipped\n\n"+
+			"  sqsinbox redrive --from orders-dlq --to orders --route OrderPaid=orders-paid --route OrderShipped=orders-shipped\n"+
+			"  DATABASE_URL=... sqsinbox redrive --from orders-dlq --to orders --dry-run   # by the routes its worker published\n\n"+
 			"With --handler, each message is first classified against the inbox (its key as the worker\n"+
 			"takes it: the event_id attribute, else the body's \"id\", inside an SNS envelope too, from the\n"+
 			"payload fetched from S3 where it is offloaded): already applied by the handler (its effect\n"+
@@ -104,7 +105,8 @@ func redriveFlags(e env) (*flags, *redriveOptions) {
 			"read, is never deleted: it is moved (the type is read as the published routes say).\n\n"+
 			"The move task (StartMessageMoveTask) is used where the server supports it, else each message\n"+
 			"is received from the DLQ, sent to the queue with its body and attributes, then deleted.\n"+
-			"The event key (the event_id attribute or the body) survives; the SQS MessageId does not.\n"+
+			"The event key (the event_id attribute or the body) survives, and so does the MessageGroupId (a\n"+
+			"FIFO group, or on a standard queue a fair queue's tenant); the SQS MessageId does not.\n"+
 			"A message the worker already processed is a duplicate on its return: the inbox deletes it.\n\n"+
 			"A copy is a new message: its retention period starts again when it is sent, so it can be\n"+
 			"delivered up to the queue's MessageRetentionPeriod after the copy, later than the original\n"+
@@ -124,11 +126,11 @@ func redriveFlags(e env) (*flags, *redriveOptions) {
 	fs.StringVar(&o.typeField, "type-field", "", "the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
 		"default: as the queue's worker published it, else the body is not read)")
 	fs.BoolVar(&o.unclassified, "unclassified", false, "move every message as it is, without classifying it by the routes its queue's worker published")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "with --handler or --route: count and sample each class, change nothing")
-	fs.BoolVar(&o.keepApplied, "keep-applied", false, "with --handler or --route: leave messages already applied in the DLQ instead of deleting them")
-	fs.BoolVar(&o.allowOld, "allow-old", false, "with --handler or --route: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "classified (--handler, --route or the published routes): count and sample each class, change nothing")
+	fs.BoolVar(&o.keepApplied, "keep-applied", false, "classified: leave messages already applied in the DLQ instead of deleting them")
+	fs.BoolVar(&o.allowOld, "allow-old", false, "classified: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
 	fs.Float64Var(&o.rate, "rate", 0, "copy mode: at most this many messages a second (0: no limit)")
-	fs.StringVar(&o.keyFlag, "key", "default", "with --handler or --route: where the handlers take their event key, as their worker does: default (the event_id "+
+	fs.StringVar(&o.keyFlag, "key", "default", "classified: where the handlers take their event key, as their worker does: default (the event_id "+
 		"attribute, else the body's \"id\"), attribute:NAME, json:FIELD, body (the SHA-256 of the body) or sns-message-id; "+
 		"several, separated by commas, are tried in order")
 	o.db.register(fs)
