@@ -33,11 +33,11 @@ var settings = []setting{
 		wholeNumber(0, 0, func(c *worker.Config, n int) { c.Prefetch = cmp.Or(n, -1) })},
 	{"VISIBILITY_TIMEOUT", "visibility timeout asked for on receive and on each extension, whole seconds up to 12h (default: the queue's)",
 		duration(worker.MaxVisibility, true, func(c *worker.Config, d time.Duration) { c.VisibilityTimeout = d })},
-	{"HANDLER_TIMEOUT", fmt.Sprintf("how long one handler call may run, up to 12h (default %v)", worker.DefaultHandlerTimeout),
+	{"HANDLER_TIMEOUT", "how long one handler call may run, up to 12h (default "+short(worker.DefaultHandlerTimeout)+")",
 		duration(worker.MaxVisibility, false, func(c *worker.Config, d time.Duration) { c.HandlerTimeout = d })},
-	{"SHUTDOWN_TIMEOUT", fmt.Sprintf("how long running handlers may finish after SIGTERM before they are cancelled (default %v)", StopTimeout),
+	{"SHUTDOWN_TIMEOUT", "how long running handlers may finish after SIGTERM before they are cancelled (default "+short(StopTimeout)+")",
 		duration(0, false, func(c *worker.Config, d time.Duration) { c.ShutdownTimeout = d })},
-	{"MAX_HOLD", fmt.Sprintf("longest a received message waits for a handler before it is released (default %v)", worker.DefaultMaxHold),
+	{"MAX_HOLD", "longest a received message waits for a handler before it is released (default "+short(worker.DefaultMaxHold)+")",
 		duration(0, false, func(c *worker.Config, d time.Duration) { c.MaxHold = d })},
 }
 
@@ -136,11 +136,23 @@ func settingsUsage() string {
 		for _, w := range strings.Fields(st.usage) {
 			if len(line)+1+len(w) > width {
 				b.WriteString(line + "\n")
-				line = strings.Repeat(" ", indent-1)
+				line = strings.Repeat(" ", indent)
 			}
 			line += " " + w
 		}
 		b.WriteString(line + "\n")
 	}
 	return b.String()
+}
+
+// short writes d as a person would: 5m, not 5m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
