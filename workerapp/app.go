@@ -71,8 +71,8 @@ const (
 	HardStopTimeout = worker.HardStopTimeout
 )
 
-// DefaultConcurrency is the number of handler calls a program runs at once unless
-// [Spec].Worker or CONCURRENCY says otherwise: the worker's own default. For the inbox handler each call is a
+// DefaultConcurrency is the number of handler calls a program runs at once unless [Spec].Worker
+// or CONCURRENCY says otherwise: the worker's own default. For the inbox handler each call is a
 // batch of up to worker.DefaultHandlerBatch messages, a transaction on a connection of its own.
 const DefaultConcurrency = worker.DefaultConcurrency
 
