@@ -33,11 +33,11 @@ var settings = []setting{
 		wholeNumber(0, 0, func(c *worker.Config, n int) { c.Prefetch = cmp.Or(n, -1) })},
 	{"VISIBILITY_TIMEOUT", "visibility timeout asked for on receive and on each extension, whole seconds up to 12h (default: the queue's)",
 		duration(worker.MaxVisibility, true, func(c *worker.Config, d time.Duration) { c.VisibilityTimeout = d })},
-	{"HANDLER_TIMEOUT", "how long one handler call may run, up to 12h (default "+short(worker.DefaultHandlerTimeout)+")",
+	{"HANDLER_TIMEOUT", "how long one handler call may run, up to 12h (default " + short(worker.DefaultHandlerTimeout) + ")",
 		duration(worker.MaxVisibility, false, func(c *worker.Config, d time.Duration) { c.HandlerTimeout = d })},
-	{"SHUTDOWN_TIMEOUT", "how long running handlers may finish after SIGTERM before they are cancelled (default "+short(StopTimeout)+")",
+	{"SHUTDOWN_TIMEOUT", "how long running handlers may finish after SIGTERM before they are cancelled (default " + short(StopTimeout) + ")",
 		duration(0, false, func(c *worker.Config, d time.Duration) { c.ShutdownTimeout = d })},
-	{"MAX_HOLD", "longest a received message waits for a handler before it is released (default "+short(worker.DefaultMaxHold)+")",
+	{"MAX_HOLD", "longest a received message waits for a handler before it is released (default " + short(worker.DefaultMaxHold) + ")",
 		duration(0, false, func(c *worker.Config, d time.Duration) { c.MaxHold = d })},
 }
 
