@@ -32,7 +32,7 @@ func StartKept(ctx context.Context, dir string, port int, db string) (*Server, e
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: 127.0.0.1:%d is taken (%v)", ErrPortTaken, port, err)
+		return nil, fmt.Errorf("%w: 127.0.0.1:%d is taken (%w)", ErrPortTaken, port, err)
 	}
 	_ = l.Close()
 	c := &cluster{bin: bin, dir: dir, port: port, kept: true}

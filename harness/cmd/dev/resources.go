@@ -80,6 +80,11 @@ func dlqName(name string) string {
 	return name + dlqSuffix
 }
 
+// nameRune reports whether r may be in a queue's name (before .fifo).
+func nameRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+}
+
 // checkQueueNames refuses a queue name (of -queue) that SQS or the Terraform module would
 // refuse, one given twice, one that is the command's own or another's DLQ, and two whose
 // exported variables (envName) would be the same.
@@ -91,9 +96,7 @@ func checkQueueNames(names []string) error {
 	for _, n := range names {
 		base, _ := strings.CutSuffix(n, fifoSuffix)
 		switch {
-		case base == "" || strings.IndexFunc(base, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
-		}) >= 0:
+		case base == "" || strings.IndexFunc(base, func(r rune) bool { return !nameRune(r) }) >= 0:
 			return fmt.Errorf("-queue %q: a queue name is A-Z, a-z, 0-9, - and _, then .fifo for a FIFO queue", n)
 		case len(base) > maxBaseName || len(dlqName(n)) > maxQueueName:
 			return fmt.Errorf("-queue %q: too long: at most %d characters before .fifo, and its DLQ %s must fit in %d", n, maxBaseName, dlqName(n), maxQueueName)
