@@ -203,7 +203,8 @@ func (w *Worker) start(ctx context.Context) error {
 	}()
 	attrs := []any{"concurrency", w.cfg.Concurrency, "handler_batch", w.cfg.HandlerBatch, "prefetch", max(w.cfg.Prefetch, 0),
 		"max_per_group", w.cfg.MaxPerGroup, "max_concurrency", w.size.maxR, "pollers", w.cfg.Pollers, "max_pollers", w.size.maxP, "fifo", q.FIFO,
-		"visibility_timeout", vis, "redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
+		"visibility_timeout", vis, "handler_timeout", w.cfg.HandlerTimeout, "max_hold", w.cfg.MaxHold, "shutdown_timeout", w.cfg.ShutdownTimeout,
+		"redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
 	if lv, ok := w.cfg.Handler.(slog.LogValuer); ok {
 		attrs = append(attrs, "handler", lv)
 	}

@@ -88,7 +88,7 @@ func Read(dir, resource string) ([]Container, error) {
 		Variables: map[string]cty.Value{"var": cty.ObjectVal(vars)},
 		Functions: map[string]function.Function{
 			"concat": stdlib.ConcatFunc, "reverse": stdlib.ReverseListFunc, "split": stdlib.SplitFunc,
-			"lower": stdlib.LowerFunc, "replace": stdlib.ReplaceFunc,
+			"lower": stdlib.LowerFunc, "replace": stdlib.ReplaceFunc, "format": stdlib.FormatFunc,
 		},
 	}
 	// Whatever is not a variable or a local (a module's outputs, other resources' attributes)
