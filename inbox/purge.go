@@ -14,7 +14,8 @@ import (
 // (Skipped). The outbox and the HTTP middleware report their purges with it too.
 type PurgeResult = pgpurge.Result
 
-// Purge deletes processed rows older than the retention, once. It deletes in batches of
+// Purge deletes processed rows older than the retention, once, and the failure records
+// ([Inbox.RecordFailures]) older than it too (not counted in the result's Deleted). It deletes in batches of
 // Config.PurgeBatchSize, each its own short transaction, using the database's clock. Only one
 // process purges a schema at a time: if another holds the advisory lock, Purge returns at once
 // with Skipped set.
@@ -49,7 +50,13 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 		})
 		return err
 	})
-	return res, err
+	if err != nil {
+		return res, err
+	}
+	if _, err := ib.purgeFailures(ctx, age); err != nil {
+		return res, err
+	}
+	return res, nil
 }
 
 // PurgeLoop runs [Inbox.Purge] now and then every Config.PurgeInterval until ctx ends, logging
