@@ -2,8 +2,11 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
 )
@@ -53,8 +56,10 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 	if err != nil {
 		return res, err
 	}
-	if _, err := ib.purgeFailures(ctx, age); err != nil {
-		return res, err
+	// A schema from before the failure records (an older binary migrated it) has none to purge.
+	var pgErr *pgconn.PgError
+	if _, err := ib.purgeFailures(ctx, age); err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P01") {
+		return res, fmt.Errorf("inbox: purge the failure records: %w", err)
 	}
 	return res, nil
 }
