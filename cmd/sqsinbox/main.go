@@ -104,6 +104,9 @@ func runEnv(ctx context.Context, e env, args []string) int {
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.Is(err, errNotProcessed):
+			fmt.Fprintf(stderr, "sqsinbox %s: %s\n", c.name, strings.TrimPrefix(oneLine(err), errNotProcessed.Error()+": "))
+			return 3
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(stderr, "sqsinbox %s: %s\n", c.name, oneLine(err))
 			return 2
