@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +186,51 @@ func TestDLQDiscard(t *testing.T) {
 		t.Errorf("discard recorded as %+v", d)
 	}
 	sqstest.WaitCount(t, srv.Client(), k.q.DLQURL, 2, 60*time.Second)
+}
+
+// TestConsoleDLQFailuresAndDiscard (the pass's SQS server, PostgreSQL): the console's peek shows
+// each message's recorded failures (the worker's error for evt_poison); its discard needs the
+// token like every action, deletes only the ticked messages whose event a handler applied,
+// refuses the others unless forced, and records the name given and the reason.
+func TestConsoleDLQFailuresAndDiscard(t *testing.T) {
+	t.Parallel()
+	k := setupDLQ(t, "cli-condisc")
+	tc := startConsole(t, append([]string{"--queue", k.q.Name, "--token", testToken}, k.dbArgs...)...)
+	csrf := tc.csrf()
+	discard := url.Values{"csrf": {csrf}, "queue": {k.q.Name}, "message": {k.ids["evt_applied"], k.ids["evt_never"]}, "reason": {"refunded by hand"}, "by": {"ana"}}
+	if r := tc.post("/dlq/discard", discard, nil); r.status != http.StatusForbidden || !strings.Contains(r.body, "not signed in") {
+		t.Fatalf("discard without signing in: status %d\n%s", r.status, r.body)
+	}
+	session := tc.login()
+	sqstest.WaitFor(t, 60*time.Second, "a peek showing evt_poison's failure", func() (bool, string) {
+		r := tc.peek(k.q.Name, session)
+		if r.status != http.StatusOK {
+			t.Fatalf("peek: status %d\n%s", r.status, r.body)
+		}
+		return strings.Contains(r.body, "evt_poison") && strings.Contains(r.body, "out of boxes in aisle 7") &&
+			strings.Contains(r.body, `name="message" value="`+k.ids["evt_poison"]+`"`), r.body
+	})
+	noReason := url.Values{"csrf": {csrf}, "queue": {k.q.Name}, "message": {k.ids["evt_applied"]}}
+	if r := tc.post("/dlq/discard", noReason, session); r.status != http.StatusBadRequest || !strings.Contains(r.body, "--reason is required") {
+		t.Errorf("discard without a reason: status %d\n%s", r.status, r.body)
+	}
+	r := tc.post("/dlq/discard", discard, session)
+	if r.status != http.StatusOK || !strings.Contains(r.body, "<b>1</b>discarded") || !strings.Contains(r.body, "<b>1</b>refused") ||
+		!strings.Contains(r.body, "refused "+k.ids["evt_never"]) {
+		t.Fatalf("discard: status %d\n%s", r.status, r.body)
+	}
+	sqstest.WaitCount(t, srv.Client(), k.q.DLQURL, 3, 60*time.Second)
+	ds, err := k.ib.Discards(t.Context(), []string{k.ids["evt_applied"], k.ids["evt_never"]})
+	if err != nil || len(ds) != 1 || ds[0].By != "ana (console)" || ds[0].Reason != "refunded by hand" || ds[0].MessageID != k.ids["evt_applied"] {
+		t.Fatalf("discards recorded: %v %+v", err, ds)
+	}
+	discard.Set("force", "1")
+	discard["message"] = []string{k.ids["evt_never"]}
+	if r := tc.post("/dlq/discard", discard, session); r.status != http.StatusOK || !strings.Contains(r.body, "<b>1</b>discarded") {
+		t.Fatalf("forced discard: status %d\n%s", r.status, r.body)
+	}
+	sqstest.WaitCount(t, srv.Client(), k.q.DLQURL, 2, 60*time.Second)
+	if log := tc.stderr.String(); !strings.Contains(log, `discard from `+k.dlq+` by "ana (console)"`) {
+		t.Errorf("the discard is not in the console's log:\n%s", log)
+	}
 }
