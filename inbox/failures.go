@@ -86,8 +86,9 @@ INSERT INTO ` + t + ` (handler, event_id, message_id, source, receive_count, err
 // MaxFailureText bytes of valid UTF-8, and each (handler, event) keeps its newest FailuresKept.
 // Recording is for operators only: the caller must not let its error change what happens to the
 // message. An error is also counted ([Inbox.FailuresNotRecorded]) and logged (Config.Logger).
+// With Config.NoFailureRecords it records nothing.
 func (ib *Inbox) RecordFailures(ctx context.Context, fs []Failure) error {
-	if len(fs) == 0 {
+	if len(fs) == 0 || ib.cfg.NoFailureRecords {
 		return nil
 	}
 	n := len(fs)

@@ -131,3 +131,15 @@ func TestDiscardRecords(t *testing.T) {
 		t.Errorf("after ForgetDiscard: %v %+v", err, got)
 	}
 }
+
+// TestNoFailureRecords (PostgreSQL): with Config.NoFailureRecords, RecordFailures writes nothing.
+func TestNoFailureRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &inbox.Config{NoFailureRecords: true})
+	if err := b.ib.RecordFailures(t.Context(), []inbox.Failure{{Handler: "h", EventID: "e", MessageID: "m", Error: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := b.ib.Failures(t.Context(), []string{"e"}, nil); err != nil || len(fs) != 0 {
+		t.Errorf("Failures: %v %+v; want none recorded", err, fs)
+	}
+}

@@ -89,6 +89,12 @@ type Config struct {
 	// in an ECS task, else the hostname.
 	Instance string
 
+	// NoFailureRecords, when true, turns [Inbox.RecordFailures] off: handler failures are not
+	// recorded in inbox_failures (for a service whose error texts may hold data that must not be
+	// stored). Default false: each failure is recorded, for `sqsinbox events show`, the DLQ peek
+	// and the console.
+	NoFailureRecords bool
+
 	// Hooks, when set, observe each claim and commit of [Inbox.Run] and [Inbox.RunTx] (the
 	// workerotel package makes spans of them). nil means none, at no cost.
 	Hooks *Hooks
