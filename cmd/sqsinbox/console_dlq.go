@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
@@ -151,19 +152,26 @@ func (c *console) peek(ctx context.Context, dlqURL string) ([]peekMessage, error
 				pm.Body = string(r[:maxBodyShown]) + fmt.Sprintf("… (%d bytes in all)", len(aws.ToString(m.Body)))
 			}
 		}
-		for _, f := range fails[pm.ID] {
-			pf := peekFailure{Handler: f.Handler, When: f.FailedAt.UTC().Format(time.RFC3339), Receive: "-", Short: shortError(f.Error), Error: f.Error}
-			if f.ReceiveCount > 0 {
-				pf.Receive = strconv.Itoa(f.ReceiveCount)
-			}
-			pm.Failures = append(pm.Failures, pf)
-		}
+		pm.Failures = peekFailures(fails[pm.ID])
 		msgs = append(msgs, pm)
 	}
 	if ferr != nil {
 		return msgs, fmt.Errorf("the recorded failures could not be read: %s", oneLine(ferr))
 	}
 	return msgs, nil
+}
+
+// peekFailures are failure records as the console's pages show them.
+func peekFailures(fs []inbox.Failure) []peekFailure {
+	var out []peekFailure
+	for _, f := range fs {
+		pf := peekFailure{Handler: f.Handler, When: f.FailedAt.UTC().Format(time.RFC3339), Receive: "-", Short: shortError(f.Error), Error: f.Error}
+		if f.ReceiveCount > 0 {
+			pf.Receive = strconv.Itoa(f.ReceiveCount)
+		}
+		out = append(out, pf)
+	}
+	return out
 }
 
 // dlqDiscard is `sqsinbox dlq discard` from the DLQ page: the messages ticked in the peek are

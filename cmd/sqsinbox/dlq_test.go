@@ -188,8 +188,8 @@ func TestDLQDiscard(t *testing.T) {
 	sqstest.WaitCount(t, srv.Client(), k.q.DLQURL, 2, 60*time.Second)
 }
 
-// TestConsoleDLQFailuresAndDiscard (the pass's SQS server, PostgreSQL): the console's peek shows
-// each message's recorded failures (the worker's error for evt_poison); its discard needs the
+// TestConsoleDLQFailuresAndDiscard (the pass's SQS server, PostgreSQL): the console's peek and its
+// event lookup show the recorded failures (the worker's error for evt_poison); its discard needs the
 // token like every action, deletes only the ticked messages whose event a handler applied,
 // refuses the others unless forced, and records the name given and the reason.
 func TestConsoleDLQFailuresAndDiscard(t *testing.T) {
@@ -210,6 +210,11 @@ func TestConsoleDLQFailuresAndDiscard(t *testing.T) {
 		return strings.Contains(r.body, "evt_poison") && strings.Contains(r.body, "out of boxes in aisle 7") &&
 			strings.Contains(r.body, `name="message" value="`+k.ids["evt_poison"]+`"`), r.body
 	})
+	// The event lookup shows the failures too, with the whole text on request.
+	if r := tc.get("/?key=evt_poison"); r.status != http.StatusOK || !strings.Contains(r.body, `id="lookup-failures"`) ||
+		strings.Count(r.body, "<summary>out of boxes in aisle 7</summary>") != 3 {
+		t.Errorf("lookup of evt_poison: status %d\n%s", r.status, r.body)
+	}
 	noReason := url.Values{"csrf": {csrf}, "queue": {k.q.Name}, "message": {k.ids["evt_applied"]}}
 	if r := tc.post("/dlq/discard", noReason, session); r.status != http.StatusBadRequest || !strings.Contains(r.body, "--reason is required") {
 		t.Errorf("discard without a reason: status %d\n%s", r.status, r.body)
