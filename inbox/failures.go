@@ -54,13 +54,17 @@ func (ib *Inbox) FailuresNotRecorded() int64 { return ib.failures.notRecorded.Lo
 
 // failureText is s as recorded: valid UTF-8 without NUL (which a text column refuses), at most
 // MaxFailureText bytes.
-func failureText(s string) string {
+func failureText(s string) string { return cutText(s, MaxFailureText) }
+
+// cutText is s as valid UTF-8 without NUL, cut at a character boundary to at most limit bytes,
+// ending with "…" when cut.
+func cutText(s string, limit int) string {
 	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) <= MaxFailureText {
+	if len(s) <= limit {
 		return s
 	}
 	const ellipsis = "…"
-	cut := MaxFailureText - len(ellipsis)
+	cut := limit - len(ellipsis)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
@@ -95,10 +99,7 @@ func (ib *Inbox) RecordFailures(ctx context.Context, fs []Failure) error {
 	hs, ks, ms, es := make([]string, n), make([]pgtype.Text, n), make([]string, n), make([]string, n)
 	srcs, counts := make([]pgtype.Int4, n), make([]pgtype.Int4, n)
 	for i, f := range fs {
-		hs[i], ms[i], es[i] = f.Handler, failureText(f.MessageID), failureText(f.Error)
-		if len(ms[i]) > maxMessageIDText {
-			ms[i] = ms[i][:maxMessageIDText]
-		}
+		hs[i], ms[i], es[i] = f.Handler, cutText(f.MessageID, maxMessageIDText), failureText(f.Error)
 		if f.EventID != "" {
 			ks[i] = pgtype.Text{String: f.EventID, Valid: true}
 		}
