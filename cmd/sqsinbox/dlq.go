@@ -39,8 +39,9 @@ func runDLQ(ctx context.Context, e env, args []string) error {
 		"  sqsinbox dlq peek --from warehouse-dlq\n"+
 			"  sqsinbox dlq discard --from warehouse-dlq --reason \"test order, refunded by hand\" 6f1c8a52-...\n\n"+
 			"peek receives up to --max messages of the dead-letter queue and makes them visible again at\n"+
-			"once (it raises their receive counts), and shows each with its key and, from the inbox, the\n"+
-			"failures its handlers recorded (the newest: handler, receive count, error).\n\n"+
+			"once (it raises their receive counts), and shows each with its key and, from the inbox (when\n"+
+			"--database-url or DATABASE_URL is given), the failures its handlers recorded (the newest:\n"+
+			"handler, receive count, error; --json: all of them, whole).\n\n"+
 			"discard deletes the messages named by their SQS message id, and nothing else. SQS deletes only\n"+
 			"by receipt handle, so it receives from the DLQ until it has seen every message named (or for\n"+
 			"30 s), hiding each message it receives for at most 30 s; every message it does not delete is\n"+
