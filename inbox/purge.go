@@ -57,8 +57,7 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 		return res, err
 	}
 	// A schema from before the failure records (an older binary migrated it) has none to purge.
-	var pgErr *pgconn.PgError
-	if _, err := ib.purgeFailures(ctx, age); err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P01") {
+	if _, err := ib.purgeFailures(ctx, age); err != nil && !undefinedTable(err) {
 		return res, fmt.Errorf("inbox: purge the failure records: %w", err)
 	}
 	return res, nil
@@ -68,4 +67,10 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 // each run. Errors are logged and retried at the next interval. It returns context.Cause(ctx).
 func (ib *Inbox) PurgeLoop(ctx context.Context) error {
 	return pgpurge.Loop(ctx, ib.cfg.PurgeInterval, ib.cfg.Logger, "inbox", ib.cfg.Schema, ib.Purge)
+}
+
+// undefinedTable reports whether err is PostgreSQL's undefined_table (SQLSTATE 42P01).
+func undefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
