@@ -12,6 +12,8 @@
 //	sqsinbox send                     send JSON lines to a queue, or publish them to an SNS
 //	                                  topic, with an event_id attribute
 //	sqsinbox redrive                  move messages from a DLQ back to their source queue
+//	sqsinbox doctor                   check the queue, its DLQ and subscriptions, and the database
+//	                                  against the worker's settings; exit 1 on an error
 //	sqsinbox console                  a web console on 127.0.0.1: the queues, a DLQ's peek and
 //	                                  classified redrive, event lookup, the outbox's parked messages
 //
@@ -70,6 +72,7 @@ var commands = []command{
 	{"outbox", "list the outbox's parked messages (list-parked), or re-queue them (retry)", runOutbox},
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
+	{"doctor", "check a deployment before it loses a message: the queue, its DLQ and subscriptions, and the database, against the worker's settings", runDoctor},
 	{"console", "serve a web console on 127.0.0.1: queues, DLQ peek and redrive, event lookup, the outbox's parked messages", runConsole},
 }
 
