@@ -124,7 +124,7 @@ func (r *run) checkOutbox(ctx context.Context, pool *pgxpool.Pool, schema string
 		r.add(Finding{Severity: Warning, Check: "outbox.backlog", Setting: schema + ".outbox_messages (unsent)",
 			Seen: fmt.Sprintf("%d unsent, the oldest %v old", st.Backlog, st.OldestUnsent.Round(time.Second)),
 			Want: "none older than " + DefaultOutboxAge.String(),
-			Fix: "no relay is running, or it cannot keep up or cannot send: check the relay's logs and `sqsinbox stats`"})
+			Fix:  "no relay is running, or it cannot keep up or cannot send: check the relay's logs and `sqsinbox stats`"})
 	}
 	return true
 }
@@ -168,7 +168,7 @@ func (r *run) checkGrants(ctx context.Context, pool *pgxpool.Pool, schema, layou
 	if gens && !create {
 		r.add(Finding{Severity: Error, Check: "database.grants", Setting: "CREATE on schema " + schema, Seen: "not granted",
 			Want: "granted (the " + layout + " layout's purge creates and drops generations)",
-			Fix: "GRANT CREATE ON SCHEMA " + schema + " TO the worker's role, or run the purge as the owner"})
+			Fix:  "GRANT CREATE ON SCHEMA " + schema + " TO the worker's role, or run the purge as the owner"})
 	}
 	names := make([]string, len(needs))
 	for i, n := range needs {

@@ -118,7 +118,7 @@ func (r *run) checkVisibility(q *worker.Queue) {
 	case vis > longVisibility && (w.HandlerTimeout < 0 || vis > w.HandlerTimeout):
 		r.add(Finding{Severity: Warning, Check: "queue.visibility", Setting: setting, Seen: vis.String(),
 			Want: fmt.Sprintf("at most %v (the heartbeat keeps a longer handler's message invisible)", longVisibility),
-			Fix: "a crashed worker's messages wait this long before they are delivered again; terraform: visibility_timeout_seconds (default 30)"})
+			Fix:  "a crashed worker's messages wait this long before they are delivered again; terraform: visibility_timeout_seconds (default 30)"})
 	}
 	batch := max(w.HandlerBatch, 1)
 	switch {
