@@ -93,7 +93,7 @@ func (r *run) checkMigrations(ctx context.Context, what, setting string, version
 }
 
 // checkOutbox checks the outbox when it is required or its migrations have been applied, and
-// returns whether it is in use.
+// returns whether it is in use and migrated, so that its tables' grants are checked.
 func (r *run) checkOutbox(ctx context.Context, pool *pgxpool.Pool, schema string) bool {
 	applied, _, err := outbox.MigrationVersions(ctx, pool, schema)
 	if err == nil && applied == 0 && !r.cfg.Outbox {
@@ -103,7 +103,7 @@ func (r *run) checkOutbox(ctx context.Context, pool *pgxpool.Pool, schema string
 	if !r.checkMigrations(ctx, "outbox", "the outbox's migrations in schema "+schema, func() (int, int, error) {
 		return outbox.MigrationVersions(ctx, pool, schema)
 	}) {
-		return true
+		return false // reported; its tables are not checked further
 	}
 	ob, err := outbox.New(pool, &outbox.Config{Schema: schema})
 	if err != nil {
