@@ -282,7 +282,9 @@ func TestDatabaseFindings(t *testing.T) {
 		sev    doctor.Severity
 	}{
 		{name: "not migrated", check: "inbox.migrations", sev: doctor.Error,
-			seed: func(t *testing.T, schema string) { exec(t, base, "DELETE FROM "+schema+".schema_migrations WHERE version > 3") }},
+			seed: func(t *testing.T, schema string) {
+				exec(t, base, "DELETE FROM "+schema+".schema_migrations WHERE version > 3")
+			}},
 		{name: "migrated by a newer release", check: "inbox.migrations", sev: doctor.Error,
 			seed: func(t *testing.T, schema string) {
 				exec(t, base, "INSERT INTO "+schema+".schema_migrations (version, name) VALUES (999, 'future')")
@@ -472,5 +474,65 @@ func TestReportOutput(t *testing.T) {
 	text := dump(rep)
 	if !strings.Contains(text, "1 errors, 1 warnings") || strings.Index(text, "synchronous_commit") > strings.Index(text, "database.pool") {
 		t.Fatalf("text:\n%s", text)
+	}
+}
+
+// TestSNSFindings (fauxqs: GoAws's SNS is not usable, TESTING.md): a subscription whose raw
+// delivery the worker does not expect, whose filter policy drops a routed type, or whose topic
+// the queue policy does not let send, gives its finding; a matching one gives none.
+func TestSNSFindings(t *testing.T) {
+	srv.SkipWithoutSNS(t)
+	pool := newPool(t, "")
+	schema := migratedSchema(t, pool)
+	snsc, err := srv.SNSClient(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		sub    sqstest.SubscribeOptions
+		cfg    func(*doctor.Config)
+		policy string // replaces the queue policy Subscribe sets, when not empty
+		check  string
+	}{
+		{name: "matching", sub: sqstest.SubscribeOptions{Raw: true, FilterPolicy: `{"type":["A","B"]}`},
+			cfg: func(c *doctor.Config) { c.Worker.SNS = worker.SNSRaw; c.Routes = []string{"A", "B"} }},
+		{name: "envelope to a raw worker", sub: sqstest.SubscribeOptions{Raw: false},
+			cfg: func(c *doctor.Config) { c.Worker.SNS = worker.SNSRaw }, check: "sns.raw_delivery"},
+		{name: "raw to an envelope worker", sub: sqstest.SubscribeOptions{Raw: true},
+			cfg: func(c *doctor.Config) { c.Worker.SNS = worker.SNSEnvelope }, check: "sns.raw_delivery"},
+		{name: "filter drops a route", sub: sqstest.SubscribeOptions{Raw: true, FilterPolicy: `{"type":["A"]}`},
+			cfg: func(c *doctor.Config) { c.Routes = []string{"A", "B"} }, check: "sns.filter_policy"},
+		{name: "queue policy for another topic", sub: sqstest.SubscribeOptions{Raw: true},
+			policy: `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"sns.amazonaws.com"},` +
+				`"Action":"sqs:SendMessage","Resource":"*","Condition":{"ArnEquals":{"aws:SourceArn":"arn:aws:sns:us-east-1:000000000000:other"}}}]}`,
+			check: "sns.queue_policy"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url := createQueue(t, queueSpec{})
+			q := &sqstest.Queue{URL: url, Name: url[strings.LastIndexByte(url, '/')+1:]}
+			srv.Subscribe(t, srv.CreateTopic(t, sqstest.TopicOptions{Prefix: "doc"}), q, tc.sub)
+			if tc.policy != "" {
+				if _, err := srv.Client().SetQueueAttributes(t.Context(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url),
+					Attributes: map[string]string{"Policy": tc.policy}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := cleanConfig(url, schema)
+			if tc.cfg != nil {
+				tc.cfg(cfg)
+			}
+			rep := run(t, doctor.Deps{SNS: snsc, Pool: pool}, cfg)
+			if !slices.Contains(rep.Checked, "sns") {
+				t.Fatalf("SNS not checked: %v", rep.Checked)
+			}
+			switch {
+			case tc.check == "" && len(rep.Findings) != 0:
+				t.Fatalf("want no finding:\n%s", dump(rep))
+			case tc.check != "" && (len(rep.Findings) != 1 || rep.Findings[0].Check != tc.check || rep.Findings[0].Severity != doctor.Error):
+				t.Fatalf("want exactly one error %s:\n%s", tc.check, dump(rep))
+			}
+		})
 	}
 }
