@@ -179,10 +179,21 @@ func Run(ctx context.Context, deps Deps, cfg *Config) (*Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("doctor: %w", context.Cause(ctx))
 	}
-	slices.SortStableFunc(r.rep.Findings, func(a, b Finding) int {
+	r.rep.sort()
+	return r.rep, nil
+}
+
+// Add adds a finding the caller made itself (a program that could not even open its database,
+// say), keeping the errors first.
+func (r *Report) Add(f Finding) {
+	r.Findings = append(r.Findings, f)
+	r.sort()
+}
+
+func (r *Report) sort() {
+	slices.SortStableFunc(r.Findings, func(a, b Finding) int {
 		return cmp.Compare(rank(a.Severity), rank(b.Severity))
 	})
-	return r.rep, nil
 }
 
 func rank(s Severity) int {

@@ -111,6 +111,8 @@ type Options struct {
 	Worker worker.Config
 	// Started, when set, is called once the worker runs.
 	Started func(*worker.Worker)
+	// Stdout receives the report of `doctor`. nil means os.Stdout.
+	Stdout io.Writer
 }
 
 // Main runs the example as a process: it reads os.Args and the environment, logs JSON lines to
@@ -150,11 +152,14 @@ var (
 )
 
 func usage(name string) string {
-	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck]
+	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck | doctor [--json] [--strict] [--no-sns]]
 
   %[1]s migrate       apply the inbox's migrations and the example's own, then exit
   %[1]s healthcheck   ask the running worker's /livez (HEALTH_ADDR, else METRICS_ADDR);
                   exit 0 if it is alive: ECS's container health check, without curl
+  %[1]s doctor        check the queue, its DLQ and subscriptions, and the database against
+                  this program's settings; change nothing; exit 1 on an error (--strict:
+                  on a warning too), --json for a pipeline
   %[1]s               run the worker until SIGTERM or SIGINT, then stop gracefully
 
 environment:
@@ -193,6 +198,8 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 		migrateOnly = true
 	case len(o.Args) == 1 && o.Args[0] == "healthcheck":
 		return healthcheck(ctx, getenv)
+	case len(o.Args) >= 1 && o.Args[0] == "doctor":
+		return runDoctor(ctx, spec, o, getenv, o.Args[1:])
 	case len(o.Args) == 1 && (o.Args[0] == "-h" || o.Args[0] == "--help" || o.Args[0] == "help"):
 		return errHelp
 	default:
@@ -207,7 +214,8 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 		}
 	}()
 
-	concurrency := cmp.Or(o.Worker.Concurrency, DefaultConcurrency)
+	wc := workerConfig(spec, o, getenv)
+	concurrency := wc.Concurrency
 	// One connection per handler, plus the purge loop. The server is asked at once, so a wrong
 	// setting is reported before anything else starts.
 	pool, err := Connect(ctx, getenv, int32(concurrency+2))
@@ -237,13 +245,8 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	if err := checkCredentials(ctx, awsCfg, getenv); err != nil {
 		return err
 	}
-	wc := o.Worker
 	wc.Handler = h
 	wc.Logger = log
-	wc.Concurrency = concurrency
-	wc.ShutdownTimeout = cmp.Or(wc.ShutdownTimeout, StopTimeout)
-	wc.QueueURL = cmp.Or(wc.QueueURL, getenv("QUEUE_URL"))
-	wc.QueueName = cmp.Or(wc.QueueName, getenv("QUEUE_NAME"), spec.Name)
 	health := &healthSwitch{}
 	if addr := getenv("METRICS_ADDR"); addr != "" {
 		stopMetrics, err := serveMetrics(addr, queueLabel(wc), &wc, health, log)
@@ -290,6 +293,18 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	<-ctx.Done()
 	log.Info(spec.Name+": stopping", "cause", context.Cause(ctx))
 	return stopWorker(w, log)
+}
+
+// workerConfig is the worker's configuration as the program runs it, but for its Handler and
+// Logger: Options.Worker with the program's defaults and the environment's queue. The worker and
+// `doctor` both take it from here, so that doctor checks what the worker will use.
+func workerConfig(spec Spec, o Options, getenv func(string) string) worker.Config {
+	wc := o.Worker
+	wc.Concurrency = cmp.Or(wc.Concurrency, DefaultConcurrency)
+	wc.ShutdownTimeout = cmp.Or(wc.ShutdownTimeout, StopTimeout)
+	wc.QueueURL = cmp.Or(wc.QueueURL, getenv("QUEUE_URL"))
+	wc.QueueName = cmp.Or(wc.QueueName, getenv("QUEUE_NAME"), spec.Name)
+	return wc
 }
 
 // stopWorker stops w gracefully, and then hard if that takes too long.
