@@ -112,11 +112,7 @@ func newPool(t *testing.T, params string) *pgxpool.Pool {
 	t.Helper()
 	u := db.URL
 	if params != "" {
-		sep := "?"
-		if strings.Contains(u, "?") {
-			sep = "&"
-		}
-		u += sep + params
+		u += sep(u) + params
 	}
 	pool, err := pgxpool.New(t.Context(), u)
 	if err != nil {
