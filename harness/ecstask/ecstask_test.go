@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/zclconf/go-cty/cty"
 )
 
 // TestRead (no servers): the containers of testdata/task, evaluated with the variables'
@@ -38,5 +40,43 @@ func TestRead(t *testing.T) {
 	}
 	if _, err := Read("testdata/task", "other"); err == nil || !strings.Contains(err.Error(), "aws_ecs_task_definition.other") {
 		t.Errorf("Read of a missing resource: %v", err)
+	}
+}
+
+// TestModuleInputs (no server): the ECS example's queue module gets the example's arguments over
+// the module's own defaults.
+func TestModuleInputs(t *testing.T) {
+	in, err := ModuleInputs("../../terraform/examples/ecs-worker", "queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	num := func(name string) int64 {
+		t.Helper()
+		v := in[name]
+		if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
+			t.Fatalf("%s = %#v; want a known number", name, v)
+		}
+		n, _ := v.AsBigFloat().Int64()
+		return n
+	}
+	for name, want := range map[string]int64{
+		"visibility_timeout_seconds":    30,      // the example's
+		"message_retention_seconds":     345600,  // the example's
+		"max_receive_count":             5,       // the example's
+		"dlq_message_retention_seconds": 1209600, // the module's default
+		"maximum_message_size":          262144,  // the module's default
+	} {
+		if got := num(name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	if v := in["fifo_queue"]; !v.IsKnown() || v.IsNull() || v.True() {
+		t.Errorf("fifo_queue = %#v, want false", v)
+	}
+	if v := in["kms_key_arn"]; !v.IsNull() {
+		t.Errorf("kms_key_arn = %#v, want null", v)
+	}
+	if _, err := ModuleInputs("../../terraform/examples/ecs-worker", "nope"); err == nil {
+		t.Error("a module that is not there gave no error")
 	}
 }
