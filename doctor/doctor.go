@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -100,12 +101,21 @@ type SNSClient interface {
 	GetSubscriptionAttributes(ctx context.Context, params *sns.GetSubscriptionAttributesInput, optFns ...func(*sns.Options)) (*sns.GetSubscriptionAttributesOutput, error)
 }
 
+// KMSClient is the part of the KMS client doctor uses: it reads a key's metadata.
+type KMSClient interface {
+	DescribeKey(ctx context.Context, params *kms.DescribeKeyInput, optFns ...func(*kms.Options)) (*kms.DescribeKeyOutput, error)
+}
+
 // Deps are the clients doctor reads through. Each may be nil: what it would check is skipped.
 type Deps struct {
 	SQS SQSClient
 	// SNS, when set, is asked for the subscriptions that deliver to the queue; a caller that may
 	// not list them gets a warning saying so.
 	SNS SNSClient
+	// KMS, when set, is asked for the state of the queue's customer managed key (KmsMasterKeyId):
+	// a key that is not enabled stops the queue. A caller that may not describe the key gets a
+	// warning saying so.
+	KMS KMSClient
 	// Pool is the database the worker uses, opened as the worker opens it (same URL).
 	Pool *pgxpool.Pool
 }

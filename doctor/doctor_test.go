@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -528,6 +531,62 @@ func TestSNSFindings(t *testing.T) {
 				t.Fatalf("want no finding:\n%s", dump(rep))
 			case tc.check != "" && (len(rep.Findings) != 1 || rep.Findings[0].Check != tc.check || rep.Findings[0].Severity != doctor.Error):
 				t.Fatalf("want exactly one error %s:\n%s", tc.check, dump(rep))
+			}
+		})
+	}
+}
+
+// fakeKMS answers DescribeKey with a key state, or an error. KMS has no server here: the key
+// findings are tested against this fake client.
+type fakeKMS struct {
+	state kmstypes.KeyState
+	err   error
+	calls atomic.Int64
+}
+
+func (f *fakeKMS) DescribeKey(_ context.Context, in *kms.DescribeKeyInput, _ ...func(*kms.Options)) (*kms.DescribeKeyOutput, error) {
+	f.calls.Add(1)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &kms.DescribeKeyOutput{KeyMetadata: &kmstypes.KeyMetadata{KeyId: in.KeyId, KeyState: f.state,
+		Enabled: f.state == kmstypes.KeyStateEnabled}}, nil
+}
+
+// TestKMSKey (fauxqs for the queue, which GoAws gives no KmsMasterKeyId; KMS is the fake client
+// above, since no KMS server is available): a queue encrypted with a disabled or deleted key is
+// an error, a key doctor may not describe a warning, an enabled key nothing.
+func TestKMSKey(t *testing.T) {
+	if srv.Kind == sqstest.KindGoAws {
+		t.Skip("GoAws keeps no KmsMasterKeyId; the fauxqs pass runs it")
+	}
+	pool := newPool(t, "")
+	schema := migratedSchema(t, pool)
+	url := createQueue(t, queueSpec{})
+	if _, err := srv.Client().SetQueueAttributes(t.Context(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url),
+		Attributes: map[string]string{"KmsMasterKeyId": "alias/doctor-test"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		kms  *fakeKMS
+		sev  doctor.Severity
+	}{
+		{name: "enabled", kms: &fakeKMS{state: kmstypes.KeyStateEnabled}},
+		{name: "disabled", kms: &fakeKMS{state: kmstypes.KeyStateDisabled}, sev: doctor.Error},
+		{name: "pending deletion", kms: &fakeKMS{state: kmstypes.KeyStatePendingDeletion}, sev: doctor.Error},
+		{name: "not describable", kms: &fakeKMS{err: errors.New("AccessDeniedException: not authorized to perform kms:DescribeKey")}, sev: doctor.Warning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := run(t, doctor.Deps{KMS: tc.kms, Pool: pool}, cleanConfig(url, schema))
+			if tc.kms.calls.Load() != 1 {
+				t.Fatalf("DescribeKey called %d times; the queue's key was not checked", tc.kms.calls.Load())
+			}
+			switch {
+			case tc.sev == "" && len(rep.Findings) != 0:
+				t.Fatalf("want no finding:\n%s", dump(rep))
+			case tc.sev != "" && (len(rep.Findings) != 1 || rep.Findings[0].Check != "queue.kms" || rep.Findings[0].Severity != tc.sev):
+				t.Fatalf("want exactly one %s queue.kms:\n%s", tc.sev, dump(rep))
 			}
 		})
 	}

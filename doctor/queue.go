@@ -8,6 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
+
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
@@ -47,7 +51,7 @@ func (r *run) checkQueue(ctx context.Context) {
 		r.checkRetention(q)
 	}
 	r.checkSize(q)
-	r.checkEncryption(q)
+	r.checkEncryption(ctx, q)
 }
 
 // checkRedrive checks the redrive policy and the dead-letter queue.
@@ -166,15 +170,44 @@ func (r *run) checkSize(q *worker.Queue) {
 }
 
 // checkEncryption checks that the queue is encrypted at rest.
-func (r *run) checkEncryption(q *worker.Queue) {
+func (r *run) checkEncryption(ctx context.Context, q *worker.Queue) {
 	a := q.Attributes
-	if a["SqsManagedSseEnabled"] == "true" || a["KmsMasterKeyId"] != "" {
+	if key := a["KmsMasterKeyId"]; key != "" {
+		r.checkKey(ctx, q, key)
+		return
+	}
+	if a["SqsManagedSseEnabled"] == "true" {
 		return
 	}
 	r.add(Finding{Severity: Warning, Check: "queue.encryption", Setting: "SqsManagedSseEnabled and KmsMasterKeyId of " + q.Name,
 		Seen: "neither", Want: "SSE-SQS, or a KMS key the consumer may use (kms:Decrypt)",
 		Fix: "terraform: sqs_managed_sse_enabled = true (terraform/modules/sqs-worker's default) or kms_key_arn; or aws sqs set-queue-attributes " +
 			"--attributes SqsManagedSseEnabled=true"})
+}
+
+// checkKey checks that the queue's customer managed key is enabled: while it is not, SQS can
+// neither take nor deliver the queue's messages (KMS.DisabledException, KMS.NotFoundException).
+func (r *run) checkKey(ctx context.Context, q *worker.Queue, key string) {
+	if r.deps.KMS == nil {
+		return
+	}
+	setting := "KMS key " + key + " of " + q.Name
+	out, err := r.deps.KMS.DescribeKey(ctx, &kms.DescribeKeyInput{KeyId: aws.String(key)})
+	if err != nil {
+		r.add(Finding{Severity: Warning, Check: "queue.kms", Setting: setting,
+			Seen: "not readable: " + oneLine(err), Want: "a key doctor may describe (kms:DescribeKey), to check its state",
+			Fix: "grant kms:DescribeKey on the key to the role doctor runs as, or pass --no-kms; the consumer itself needs kms:Decrypt on it " +
+				"(terraform/modules/sqs-worker's consumer policy grants it)"})
+		return
+	}
+	md := out.KeyMetadata
+	if md == nil || (md.Enabled && md.KeyState == kmstypes.KeyStateEnabled) {
+		return
+	}
+	r.add(Finding{Severity: Error, Check: "queue.kms", Setting: setting,
+		Seen: string(md.KeyState), Want: string(kmstypes.KeyStateEnabled),
+		Fix: "while the key is not enabled SQS can neither take nor deliver the queue's messages; aws kms enable-key --key-id " + key +
+			" (or aws kms cancel-key-deletion), or point kms_key_arn at an enabled key"})
 }
 
 func kind(fifo bool) string {

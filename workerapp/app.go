@@ -152,7 +152,7 @@ var (
 )
 
 func usage(name string) string {
-	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck | doctor [--json] [--strict] [--no-sns]]
+	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck | doctor [--json] [--strict] [--no-sns] [--no-kms]]
 
   %[1]s migrate       apply the inbox's migrations and the example's own, then exit
   %[1]s healthcheck   ask the running worker's /livez (HEALTH_ADDR, else METRICS_ADDR);

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -30,6 +31,7 @@ func runDoctor(ctx context.Context, spec Spec, o Options, getenv func(string) st
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	strict := fs.Bool("strict", false, "fail on warnings too")
 	noSNS := fs.Bool("no-sns", false, "do not list the SNS subscriptions that feed the queue")
+	noKMS := fs.Bool("no-kms", false, "do not describe the queue's KMS key")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
 	}
@@ -73,6 +75,9 @@ func runDoctor(ctx context.Context, spec Spec, o Options, getenv func(string) st
 	deps.SQS = sqs.NewFromConfig(awsCfg)
 	if !*noSNS {
 		deps.SNS = sns.NewFromConfig(awsCfg)
+	}
+	if !*noKMS {
+		deps.KMS = kms.NewFromConfig(awsCfg)
 	}
 	rep, err := doctor.Run(ctx, deps, cfg)
 	if err != nil {

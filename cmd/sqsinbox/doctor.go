@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/doctor"
@@ -34,6 +35,7 @@ func runDoctor(ctx context.Context, e env, args []string) error {
 	queue := fs.String("queue", "", "the queue's name or URL (none: the queue is not checked)")
 	noDB := fs.Bool("no-db", false, "check the queue only")
 	noSNS := fs.Bool("no-sns", false, "do not list the SNS subscriptions that feed the queue")
+	noKMS := fs.Bool("no-kms", false, "do not describe the queue's KMS key")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	strict := fs.Bool("strict", false, "exit 1 on warnings too")
 	retention := fs.String("inbox-retention", "", "the inbox's retention, as 28d or 672h (default: the inbox's, 28d)")
@@ -85,6 +87,9 @@ func runDoctor(ctx context.Context, e env, args []string) error {
 			return err
 		}
 		deps.SQS = newSQS(awsCfg, fs.timeout)
+		if !*noKMS {
+			deps.KMS = kms.NewFromConfig(awsCfg)
+		}
 		if !*noSNS {
 			if deps.SNS, err = snsClient(ctx, fs.timeout); err != nil {
 				return err
