@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,10 +102,14 @@ func runDoctor(ctx context.Context, e env, args []string) error {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
 		// Not connected yet: an unreachable database is a finding, not a failure of the command.
-		pcfg, err := db.poolConfig(fs.timeout)
+		// No statement_timeout start-up parameter (the run as a whole is bounded instead): a
+		// PgBouncer that does not track it refuses the connection, and a pooler is what doctor
+		// must be able to look through.
+		pcfg, err := db.poolConfig(0)
 		if err != nil {
 			return err
 		}
+		pcfg.ConnConfig.ConnectTimeout = cmp.Or(pcfg.ConnConfig.ConnectTimeout, fs.timeout)
 		if cfg.PoolSize == 0 && !strings.Contains(pcfg.ConnString(), "pool_max_conns") {
 			cfg.PoolSize = *concurrency + 2 // what a workerapp program opens
 		}

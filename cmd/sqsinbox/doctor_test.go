@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqsinbox/sqsinbox/harness/pgbouncer"
 	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 )
 
@@ -41,5 +42,29 @@ func TestDoctorCLI(t *testing.T) {
 	}
 	if r = cli(t, "", "doctor", "--sns-mode", "sometimes", "--no-db", "--queue", q.URL); r.code != 2 {
 		t.Fatalf("bad --sns-mode: exit %d", r.code)
+	}
+}
+
+// TestDoctorCLIBehindPgBouncer (PostgreSQL behind Debian's PgBouncer in transaction mode,
+// harness/pgbouncer): through the pooler, with pgx's default query mode in the URL, `sqsinbox
+// doctor` connects and reports the pooler finding; with default_query_exec_mode=exec it is clean.
+func TestDoctorCLIBehindPgBouncer(t *testing.T) {
+	cli(t, "", "migrate", "up", "--database-url", db.URL).mustOK(t)
+	b, err := pgbouncer.Start(t.Context(), db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sep := "?"
+	if strings.Contains(b.URL, "?") {
+		sep = "&"
+	}
+	r := cli(t, "", "doctor", "--database-url", b.URL, "--pool-size", "12")
+	if r.code != 1 || !strings.Contains(r.stdout, "database.pooler") {
+		t.Fatalf("cache_statement behind the pooler: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = cli(t, "", "doctor", "--database-url", b.URL+sep+"default_query_exec_mode=exec", "--pool-size", "12")
+	if r.code != 0 || !strings.Contains(r.stdout, "0 errors, 0 warnings") {
+		t.Fatalf("exec behind the pooler: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
