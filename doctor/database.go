@@ -251,24 +251,18 @@ func (r *run) checkDurability(ctx context.Context, ib *inbox.Inbox) {
 // checkOldestRow reports inbox rows older than the retention and two purge intervals: no purge
 // loop is running anywhere, and the table grows without end.
 func (r *run) checkOldestRow(ctx context.Context, ib *inbox.Inbox) {
-	st, err := ib.Stats(ctx)
+	oldest, now, err := ib.Oldest(ctx)
 	if err != nil {
 		r.add(Finding{Severity: Error, Check: "inbox.read", Setting: "the inbox's rows", Seen: oneLine(err), Want: "readable",
 			Fix: "GRANT SELECT on the inbox's tables to the worker's role"})
 		return
 	}
-	var oldest time.Time
-	for _, h := range st.Handlers {
-		if oldest.IsZero() || h.Oldest.Before(oldest) {
-			oldest = h.Oldest
-		}
-	}
 	limit := r.cfg.Inbox.Retention + 2*r.cfg.Inbox.PurgeInterval
-	if oldest.IsZero() || st.Now.Sub(oldest) <= limit {
+	if oldest.IsZero() || now.Sub(oldest) <= limit {
 		return
 	}
 	r.add(Finding{Severity: Warning, Check: "inbox.purge", Setting: "the oldest inbox row",
-		Seen: days(st.Now.Sub(oldest).Truncate(time.Second)) + " old", Want: "at most the retention plus two purge intervals, " + days(limit),
+		Seen: days(now.Sub(oldest).Truncate(time.Second)) + " old", Want: "at most the retention plus two purge intervals, " + days(limit),
 		Fix: "no purge is running: workerapp programs run the purge loop beside the worker (inbox.Inbox.PurgeLoop); or run `sqsinbox purge` on a schedule"})
 }
 

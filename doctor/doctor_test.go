@@ -306,6 +306,20 @@ func TestDatabaseFindings(t *testing.T) {
 			seed: func(t *testing.T, schema string) {
 				exec(t, base, "INSERT INTO "+schema+".processed_messages (handler, event_id, seen_at) VALUES ('h', 'e', now() - interval '40 days')")
 			}},
+		{name: "purge not running, generations layout", check: "inbox.purge", sev: doctor.Warning,
+			seed: func(t *testing.T, schema string) {
+				if err := inbox.SwitchToGenerations(t.Context(), base, schema, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				g := time.Now().Add(-40*24*time.Hour).Unix() / 3600
+				exec(t, base, fmt.Sprintf("CREATE TABLE %s.processed_events_g%d PARTITION OF %s.processed_events FOR VALUES IN (%d)", schema, g, schema, g))
+			}},
+		{name: "purge running, generations layout", check: "", // the switch makes the generations around now only
+			seed: func(t *testing.T, schema string) {
+				if err := inbox.SwitchToGenerations(t.Context(), base, schema, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}},
 		{name: "outbox parked", check: "outbox.parked", sev: doctor.Warning,
 			seed: func(t *testing.T, schema string) {
 				migrateOutbox(t, base, schema)
@@ -336,6 +350,12 @@ func TestDatabaseFindings(t *testing.T) {
 				tc.cfg(cfg)
 			}
 			rep := run(t, doctor.Deps{Pool: pool}, cfg)
+			if tc.check == "" {
+				if len(rep.Findings) != 0 {
+					t.Fatalf("want no finding:\n%s", dump(rep))
+				}
+				return
+			}
 			if len(rep.Findings) != 1 || rep.Findings[0].Check != tc.check || rep.Findings[0].Severity != tc.sev {
 				t.Fatalf("want exactly one %s %s; report:\n%s", tc.sev, tc.check, dump(rep))
 			}
