@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/sqsinbox/sqsinbox/harness/ecstask"
 	"github.com/sqsinbox/sqsinbox/harness/sqstest"
@@ -28,11 +27,10 @@ func moduleQueues(t *testing.T) string {
 	}
 	num := func(name string) string {
 		t.Helper()
-		v := in[name]
-		if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
-			t.Fatalf("module input %s = %#v; want a known number", name, v)
+		n, err := ecstask.Int(in, name)
+		if err != nil {
+			t.Fatal(err)
 		}
-		n, _ := v.AsBigFloat().Int64()
 		return fmt.Sprint(n)
 	}
 	if v := in["fifo_queue"]; !v.IsKnown() || v.IsNull() || v.True() {

@@ -7,6 +7,7 @@ package ecstask
 
 import (
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,11 +40,7 @@ func (c Container) Argv() []string { return slices.Concat(c.EntryPoint, c.Comman
 // Read evaluates the container_definitions of the aws_ecs_task_definition named resource in the
 // Terraform files of dir, with each variable at its default.
 func Read(dir, resource string) ([]Container, error) {
-	bodies, err := parseDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	vars, err := variables(bodies)
+	bodies, vars, err := load(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +119,31 @@ func Read(dir, resource string) ([]Container, error) {
 	return out, nil
 }
 
+// load parses the Terraform files of dir and returns them with their variables at their
+// defaults.
+func load(dir string) ([]*hclsyntax.Body, map[string]cty.Value, error) {
+	bodies, err := parseDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	vars, err := variables(bodies)
+	return bodies, vars, err
+}
+
+// Int returns the variable name of vars (as [ModuleInputs] returns them) as an integer, or an
+// error when it is not a known whole number.
+func Int(vars map[string]cty.Value, name string) (int64, error) {
+	v := vars[name]
+	if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
+		return 0, fmt.Errorf("ecstask: %s = %#v; not a known number", name, v)
+	}
+	n, acc := v.AsBigFloat().Int64()
+	if acc != big.Exact {
+		return 0, fmt.Errorf("ecstask: %s = %s; not a whole number", name, v.AsBigFloat())
+	}
+	return n, nil
+}
+
 // parseDir parses the Terraform files of dir.
 func parseDir(dir string) ([]*hclsyntax.Body, error) {
 	var bodies []*hclsyntax.Body
@@ -174,11 +196,7 @@ var moduleMeta = []string{"source", "version", "count", "for_each", "providers",
 // path, relative to dir). An argument that only an apply knows (another resource's attribute, a
 // variable without a default) is unknown.
 func ModuleInputs(dir, module string) (map[string]cty.Value, error) {
-	bodies, err := parseDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	vars, err := variables(bodies)
+	bodies, vars, err := load(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -201,11 +219,7 @@ func ModuleInputs(dir, module string) (map[string]cty.Value, error) {
 	if !ok || source.Type() != cty.String || !strings.HasPrefix(source.AsString(), ".") {
 		return nil, fmt.Errorf("ecstask: module %q in %s has no local source", module, dir)
 	}
-	mbodies, err := parseDir(filepath.Join(dir, source.AsString()))
-	if err != nil {
-		return nil, err
-	}
-	inputs, err := variables(mbodies)
+	_, inputs, err := load(filepath.Join(dir, source.AsString()))
 	if err != nil {
 		return nil, err
 	}

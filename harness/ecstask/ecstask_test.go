@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/zclconf/go-cty/cty"
 )
 
 // TestRead (no servers): the containers of testdata/task, evaluated with the variables'
@@ -52,11 +50,10 @@ func TestModuleInputs(t *testing.T) {
 	}
 	num := func(name string) int64 {
 		t.Helper()
-		v := in[name]
-		if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
-			t.Fatalf("%s = %#v; want a known number", name, v)
+		n, err := Int(in, name)
+		if err != nil {
+			t.Fatal(err)
 		}
-		n, _ := v.AsBigFloat().Int64()
 		return n
 	}
 	for name, want := range map[string]int64{
