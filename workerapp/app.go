@@ -1,6 +1,7 @@
 // Package workerapp is the process plumbing of an inbox worker program on ECS or EC2, for your
 // main: configuration from the environment, JSON logs, Prometheus metrics and health endpoints,
-// the `migrate` and `healthcheck` subcommands, and a worker that runs until SIGTERM or SIGINT and
+// the `migrate`, `healthcheck` and `doctor` subcommands (doctor: package doctor's checks against
+// the program's own settings), and a worker that runs until SIGTERM or SIGINT and
 // then stops within ECS's stop timeout. Your main is one call to [Main] with a [Spec] (your
 // handler's name, your migrations, your handler); the examples (examples/warehouse, loyalty,
 // payments) and the README's first worker (examples/firstworker) are built this way, and
