@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
 	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -428,6 +429,59 @@ func TestGrants(t *testing.T) {
 	want := []string{"privileges on " + schema + ".inbox_sources", "privileges on " + schema + ".processed_messages"}
 	if !slices.Equal(tables, want) {
 		t.Fatalf("grant findings on %q; want %q\n%s", tables, want, dump(rep))
+	}
+}
+
+// TestGrantsGenerations (PostgreSQL): in the generations layout the purge creates and drops
+// generation tables, so a role that neither owns processed_events nor may create in the schema
+// gets those findings too; a role that cannot read the layout gets that one finding.
+func TestGrantsGenerations(t *testing.T) {
+	base := newPool(t, "")
+	schema := migratedSchema(t, base)
+	if err := inbox.SwitchToGenerations(t.Context(), base, schema, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ro := readOnlyRole(t, base, schema)
+	rep := run(t, doctor.Deps{Pool: ro}, cleanConfig("", schema))
+	var settings []string
+	for _, f := range rep.Findings {
+		if f.Check != "database.grants" || f.Severity != doctor.Error {
+			t.Errorf("an unrelated finding: %+v", f)
+		}
+		settings = append(settings, f.Setting)
+	}
+	for _, want := range []string{"CREATE on schema " + schema, "owner of " + schema + ".processed_events",
+		"privileges on " + schema + ".processed_events", "privileges on " + schema + ".inbox_layout"} {
+		if !slices.Contains(settings, want) {
+			t.Errorf("no finding on %q:\n%s", want, dump(rep))
+		}
+	}
+	exec(t, base, "REVOKE SELECT ON "+schema+".inbox_layout FROM "+roleOf(t, ro))
+	rep = run(t, doctor.Deps{Pool: ro}, cleanConfig("", schema))
+	if len(rep.Findings) != 1 || rep.Findings[0].Check != "inbox.layout" {
+		t.Fatalf("want exactly one inbox.layout finding:\n%s", dump(rep))
+	}
+}
+
+func roleOf(t *testing.T, pool *pgxpool.Pool) string { return pool.Config().ConnConfig.User }
+
+// failingSNS refuses to list subscriptions, as SNS does for a role without
+// sns:ListSubscriptions (a fake client: the servers here allow everything).
+type failingSNS struct{ doctor.SNSClient }
+
+func (failingSNS) ListSubscriptions(context.Context, *sns.ListSubscriptionsInput, ...func(*sns.Options)) (*sns.ListSubscriptionsOutput, error) {
+	return nil, errors.New("AuthorizationError: not authorized to perform SNS:ListSubscriptions")
+}
+
+// TestSNSNotListable (the pass's SQS server; SNS is a fake client that refuses, since no server
+// here denies a permission): subscriptions that cannot be listed are a warning that says so,
+// not a silent pass.
+func TestSNSNotListable(t *testing.T) {
+	pool := newPool(t, "")
+	rep := run(t, doctor.Deps{SNS: failingSNS{}, Pool: pool}, cleanConfig(createQueue(t, queueSpec{}), migratedSchema(t, pool)))
+	got := serverWarnings(rep)
+	if len(got) != 1 || got[0].Check != "sns.list" || got[0].Severity != doctor.Warning {
+		t.Fatalf("want exactly one sns.list warning:\n%s", dump(rep))
 	}
 }
 
