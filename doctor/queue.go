@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsinbox/sqsinbox/worker"
 )
@@ -78,7 +79,7 @@ func (r *run) checkRedrive(ctx context.Context, q *worker.Queue, dlqUnreadable b
 	if dlqUnreadable {
 		return
 	}
-	dlq, err := worker.DescribeQueue(ctx, r.deps.SQS, lastPart(q.DeadLetterTargetARN, ':'))
+	dlq, err := r.describeARN(ctx, q.DeadLetterTargetARN)
 	if err != nil && dlq == nil {
 		r.add(Finding{Severity: Error, Check: "queue.dlq", Setting: "RedrivePolicy deadLetterTargetArn of " + q.Name,
 			Seen: q.DeadLetterTargetARN + ": " + oneLine(err), Want: "an existing queue the consumer can read",
@@ -102,6 +103,24 @@ func (r *run) checkRedrive(ctx context.Context, q *worker.Queue, dlqUnreadable b
 			Seen: ds, Want: "at least the queue's " + qs,
 			Fix: "a message the queue took must fit in its DLQ; terraform/modules/sqs-worker gives both maximum_message_size"})
 	}
+}
+
+// describeARN reads the queue an ARN names, in another account too (the start-up check of the
+// worker resolves a dead-letter queue the same way).
+func (r *run) describeARN(ctx context.Context, arn string) (*worker.Queue, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 {
+		return nil, fmt.Errorf("malformed queue ARN %q", arn)
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+	if parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	out, err := r.deps.SQS.GetQueueUrl(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return worker.DescribeQueue(ctx, r.deps.SQS, aws.ToString(out.QueueUrl))
 }
 
 // checkVisibility checks the visibility timeout the worker will use against the handler's time.
@@ -230,8 +249,6 @@ func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
 }
-
-func lastPart(s string, sep byte) string { return s[strings.LastIndexByte(s, sep)+1:] }
 
 // oneLine keeps an error to one line for a table cell.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
