@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/doctor"
@@ -498,7 +499,13 @@ func TestChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := run(t, doctor.Deps{SQS: c, Pool: readOnlyRole(t, base, schema)}, cleanConfig(createQueue(t, queueSpec{}), schema))
+	ro := readOnlyRole(t, base, schema)
+	// The fixture itself: a write in such a session fails, so one made by doctor would have too.
+	var pgErr *pgconn.PgError
+	if _, err := ro.Exec(t.Context(), "INSERT INTO "+schema+".processed_messages (handler, event_id) VALUES ('h', 'f')"); !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("a write as the read-only role: %v; want SQLSTATE 25006 (read_only_sql_transaction)", err)
+	}
+	rep := run(t, doctor.Deps{SQS: c, Pool: ro}, cleanConfig(createQueue(t, queueSpec{}), schema))
 	for _, f := range serverWarnings(rep) {
 		if f.Check != "database.grants" {
 			t.Errorf("finding %+v", f)
