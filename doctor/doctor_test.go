@@ -672,3 +672,12 @@ func TestKMSKey(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueNotThere (the pass's SQS server): a queue that does not exist is one error, and
+// nothing else of the queue is checked.
+func TestQueueNotThere(t *testing.T) {
+	rep := run(t, doctor.Deps{}, &doctor.Config{Queue: name("doc-none")})
+	if len(rep.Findings) != 1 || rep.Findings[0].Check != "queue.reachable" || rep.Findings[0].Severity != doctor.Error {
+		t.Fatalf("want exactly one queue.reachable error:\n%s", dump(rep))
+	}
+}

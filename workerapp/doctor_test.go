@@ -2,6 +2,7 @@ package workerapp_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsinbox/sqsinbox/harness/exampletest"
+	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
@@ -66,5 +68,28 @@ func TestDoctor(t *testing.T) {
 		Logger: exampletest.Logger(t), Stdout: &out})
 	if !errors.Is(err, workerapp.ErrDoctorFindings) || !strings.Contains(out.String(), `"check": "queue.redrive"`) {
 		t.Fatalf("doctor on a queue without DLQ: %v\n%s", err, out.String())
+	}
+}
+
+// TestDoctorReportsWhatStopsTheWorker (the pass's SQS server, PostgreSQL): a handler the program
+// cannot build, and a database it cannot reach, are findings of the report, not a bare error.
+func TestDoctorReportsWhatStopsTheWorker(t *testing.T) {
+	broken := workerapp.Spec{Name: "apptest", Handler: func(context.Context, *workerapp.Deps) (worker.Handler, error) {
+		return nil, errors.New("PAYMENTS_URL is not set")
+	}}
+	url := moduleQueue(t, "doctor-broken", false)
+	for _, tc := range []struct {
+		name, dbURL, check string
+		spec               workerapp.Spec
+	}{
+		{"handler", srv.DB.URL, "worker.handler", broken},
+		{"database", "postgres://nobody@127.0.0.1:1/none?connect_timeout=5", "database.reachable", spec},
+	} {
+		var out bytes.Buffer
+		err := workerapp.Run(t.Context(), tc.spec, workerapp.Options{Args: []string{"doctor", "--json", "--no-sns"},
+			Getenv: env(map[string]string{"DATABASE_URL": tc.dbURL, "QUEUE_URL": url}), Logger: exampletest.Logger(t), Stdout: &out})
+		if !errors.Is(err, workerapp.ErrDoctorFindings) || !strings.Contains(out.String(), `"check": "`+tc.check+`"`) {
+			t.Errorf("%s: %v\n%s", tc.name, err, out.String())
+		}
 	}
 }
