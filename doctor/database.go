@@ -283,8 +283,10 @@ func (r *run) checkPoolSize(size int) {
 const poolerRounds = 4
 
 // checkPooler reports a transaction-mode pooler (PgBouncer's pool_mode = transaction, RDS Proxy)
-// between the worker and the database when the worker's query mode names prepared statements,
-// which such a pooler does not keep. It holds two client connections and asks, in turn, which
+// between the worker and the database when the worker's query mode uses a prepared statement
+// across round trips (cache_statement, pgx's default, and describe_exec), which such a pooler
+// may run on another server connection. cache_describe, exec and simple_protocol send each
+// statement whole. It holds two client connections and asks, in turn, which
 // server process serves each statement: a pooler in transaction mode serves one client's
 // statements from different server processes, or two clients' from the same one; a direct
 // connection or a session-mode pooler never does. It changes nothing.
@@ -319,13 +321,13 @@ func (r *run) checkPooler(ctx context.Context, pool *pgxpool.Pool, mode pgx.Quer
 	if !shared && len(seenA) == 1 && len(seenB) == 1 {
 		return
 	}
-	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeCacheDescribe {
+	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
 		return
 	}
 	r.add(Finding{Severity: Error, Check: "database.pooler", Setting: "default_query_exec_mode behind a transaction-mode pooler",
-		Seen: mode.String(), Want: "exec or simple_protocol",
-		Fix: "the pooler runs each transaction on any server connection, where the statements pgx prepared and cached on another are " +
-			"missing or stale, and the worker's statements fail; add default_query_exec_mode=exec to DATABASE_URL " +
+		Seen: mode.String(), Want: "cache_describe, exec or simple_protocol",
+		Fix: "the pooler runs each transaction (and each statement outside one) on any server connection, where a statement pgx " +
+			"prepared on another is missing, and the worker's statements fail; add default_query_exec_mode=cache_describe to DATABASE_URL " +
 			"(or keep cache_statement with PgBouncer 1.21+ and max_prepared_statements > 0)"})
 }
 

@@ -11,8 +11,9 @@ import (
 )
 
 // TestPooler (PostgreSQL behind Debian's PgBouncer, harness/pgbouncer): a transaction-mode pooler
-// with pgx's default query mode (cache_statement) or cache_describe is an error; the same pooler
-// with the exec mode, a session-mode pooler, and a direct connection are clean.
+// with pgx's default query mode (cache_statement) or describe_exec is an error; the same pooler
+// with cache_describe, exec or simple_protocol, a session-mode pooler, and a direct connection
+// are clean.
 func TestPooler(t *testing.T) {
 	direct := newPool(t, "")
 	schema := migratedSchema(t, direct)
@@ -30,7 +31,8 @@ func TestPooler(t *testing.T) {
 		want                 bool
 	}{
 		{name: "transaction mode, cache_statement (pgx's default)", pooler: "transaction", want: true},
-		{name: "transaction mode, cache_describe", pooler: "transaction", params: "default_query_exec_mode=cache_describe", want: true},
+		{name: "transaction mode, describe_exec", pooler: "transaction", params: "default_query_exec_mode=describe_exec", want: true},
+		{name: "transaction mode, cache_describe", pooler: "transaction", params: "default_query_exec_mode=cache_describe"},
 		{name: "transaction mode, exec", pooler: "transaction", params: "default_query_exec_mode=exec"},
 		{name: "transaction mode, simple_protocol", pooler: "transaction", params: "default_query_exec_mode=simple_protocol"},
 		{name: "session mode, cache_statement", pooler: "session"},
