@@ -38,9 +38,9 @@ SQSINBOX_TEST_SQS ?= goaws
 # The packages whose tests use an SQS server (harness/sqstest), run a second time against
 # fauxqs when the first pass used GoAws. No test is skipped by name on either pass; a test that
 # needs what GoAws gets wrong (FIFO queues, for one) skips itself on the GoAws pass and says why.
-FAUXQS_PACKAGES := ./harness/sqstest/ ./worker/ ./worker/inboxhandler/ ./harness/reliability/ \
+FAUXQS_PACKAGES := ./harness/sqstest/ ./doctor/ ./worker/ ./worker/inboxhandler/ ./harness/reliability/ \
 	./cmd/sqsinbox/ ./harness/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/payments-api/ ./examples/warehouse/ \
-	./workerapp/ ./outbox/ ./worker/workerotel/ ./s3payload/
+	./workerapp/ ./outbox/ ./worker/workerotel/ ./s3payload/ ./examples/firstworker/
 
 .PHONY: test
 test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you: GoAws, then fauxqs for the SQS packages), plus the localstack/ and terraform/ checks.

@@ -2,8 +2,9 @@
 // main is one call to [Main] with a [Spec] (your handler's name, your migrations, your handler,
 // and your worker settings if the defaults do not fit), and workerapp does the rest: the
 // configuration from the environment (the database, the queue, the worker's settings), JSON logs,
-// Prometheus metrics and health endpoints, the `migrate` and `healthcheck` subcommands, and a
-// worker that runs until SIGTERM or SIGINT and then stops within ECS's stop timeout.
+// Prometheus metrics and health endpoints, the `migrate`, `healthcheck` and `doctor` subcommands
+// (doctor: package doctor's checks against the program's own settings), and a worker that runs
+// until SIGTERM or SIGINT and then stops within ECS's stop timeout.
 // terraform/examples/ecs-worker runs such a program; the README's first worker
 // (examples/firstworker) and the examples (examples/warehouse, loyalty, payments) are built this
 // way. Programs that want their own plumbing use worker, inbox and inboxhandler directly;
@@ -137,6 +138,8 @@ type Options struct {
 	Worker worker.Config
 	// Started, when set, is called once the worker runs.
 	Started func(*worker.Worker)
+	// Stdout receives the report of `doctor`. nil means os.Stdout.
+	Stdout io.Writer
 }
 
 // Main runs the program as a process: it reads os.Args and the environment, logs JSON lines to
@@ -176,11 +179,14 @@ var (
 )
 
 func usage(name string) string {
-	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck]
+	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck | doctor [--json] [--strict] [--no-sns] [--no-kms]]
 
   %[1]s migrate       apply the inbox's migrations and this program's own, then exit
   %[1]s healthcheck   ask the running worker's /livez (HEALTH_ADDR, else METRICS_ADDR);
                   exit 0 if it is alive: ECS's container health check, without curl
+  %[1]s doctor        check the queue, its DLQ and subscriptions, and the database against
+                  this program's settings; change nothing; exit 1 on an error (--strict:
+                  on a warning too), --json for a pipeline
   %[1]s               run the worker until SIGTERM or SIGINT, then stop gracefully
 
 environment:
@@ -221,6 +227,8 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 		migrateOnly = true
 	case len(o.Args) == 1 && o.Args[0] == "healthcheck":
 		return healthcheck(ctx, getenv)
+	case len(o.Args) >= 1 && o.Args[0] == "doctor":
+		return runDoctor(ctx, spec, o, getenv, o.Args[1:])
 	case len(o.Args) == 1 && (o.Args[0] == "-h" || o.Args[0] == "--help" || o.Args[0] == "help"):
 		return errHelp
 	default:

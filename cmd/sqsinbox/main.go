@@ -15,6 +15,8 @@
 //	sqsinbox redrive                  move messages from a DLQ back to their source queue
 //	sqsinbox dlq peek|discard         a DLQ's messages with their recorded failures; delete the
 //	                                  ones named, recording who and why
+//	sqsinbox doctor                   check the queue, its DLQ and subscriptions, and the database
+//	                                  against the worker's settings; exit 1 on an error
 //	sqsinbox console                  a web console on 127.0.0.1: the queues, a DLQ's peek and
 //	                                  classified redrive, event lookup, the outbox's parked messages
 //
@@ -74,6 +76,7 @@ var commands = []command{
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
 	{"dlq", "show a dead-letter queue's messages with their recorded failures (peek), or delete the ones named, recording who and why (discard)", runDLQ},
+	{"doctor", "check a deployment before it loses a message: the queue, its DLQ and subscriptions, and the database, against the worker's settings", runDoctor},
 	{"console", "serve a web console on 127.0.0.1: queues, DLQ peek and redrive, event lookup, the outbox's parked messages", runConsole},
 }
 
