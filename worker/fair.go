@@ -141,6 +141,10 @@ func (q *fairQueue) close() []*delivery {
 	return ds
 }
 
+// fairReleaseMax is the longest a message released for its group's stall stays away (expire):
+// a group back from a stall of hours would otherwise wait as long again for those messages.
+const fairReleaseMax = 15 * time.Minute
+
 // heldRelease is deliveries that waited too long, to release to come back after a delay.
 type heldRelease struct {
 	ds    []*delivery
@@ -155,10 +159,10 @@ type heldRelease struct {
 // and then the queue's maxReceiveCount, dead-lettering a message that only waited in the worker;
 // only a group that made no progress for maxHold (its handler stuck, or slower than maxHold) has
 // its waiting messages released. Those come back after as long as their group has made no
-// progress, so that a group stuck for long is received again seldom; a message whose group is
-// under its cap (it waits for any runner) comes back at once. A message on its last receive
-// (lastReceive, the queue's maxReceiveCount, is positive and reached) is never released: it
-// would go to the DLQ without running. It waits, leased, until it runs.
+// progress (at most fairReleaseMax), so that a group stuck for long is received again seldom; a
+// message whose group is under its cap (it waits for any runner) comes back at once. A message
+// on its last receive (lastReceive, the queue's maxReceiveCount, is positive and reached) is
+// never released: it would go to the DLQ without running. It waits, leased, until it runs.
 func (q *fairQueue) expire(now time.Time, lastReceive int) (lost []*delivery, late []heldRelease) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -180,7 +184,7 @@ func (q *fairQueue) expire(now time.Time, lastReceive int) (lost []*delivery, la
 			if !ok {
 				var after time.Duration
 				if g != "" && q.runners[g] >= q.max {
-					after = now.Sub(q.last[g]) // stalled: as long as it has been
+					after = min(now.Sub(q.last[g]), fairReleaseMax) // stalled: as long as it has been
 				}
 				if byGroup == nil {
 					byGroup = map[string]int{}
