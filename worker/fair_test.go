@@ -384,14 +384,18 @@ func TestRunBatchStandardQueueNoHalting(t *testing.T) {
 // runner is free, so the worker receives for that runner into its spare pool and gets the
 // tenant's own messages, which wait their turn for up to 12 handler times, far past MaxHold. The
 // tenant progresses all along, so none of them is released for waiting (each release spends a
-// receive, and the second one dead-letters the message): every message runs exactly once, and
-// the DLQ stays empty.
+// receive, and the second one dead-letters the message): every message runs exactly once, on its
+// first receive, and the DLQ stays empty.
 func TestMaxPerGroupHealthyTenantKept(t *testing.T) {
 	eachServer(t, needs(sqstest.FairGroups), func(t *testing.T, s *server) {
 		const n = 30
 		b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second, MaxReceiveCount: 2})
 		b.send(t, grouped("a", n))
+		var again atomic.Int32 // runs on a later receive than the first
 		c := newGroupCounter(func(ctx context.Context, m *worker.Message) error {
+			if m.ReceiveCount != 1 {
+				again.Add(1)
+			}
 			select {
 			case <-time.After(500 * time.Millisecond): // the work
 				return nil
@@ -410,6 +414,9 @@ func TestMaxPerGroupHealthyTenantKept(t *testing.T) {
 		}
 		if dead, err := sqstest.Count(t.Context(), s.client, b.dlq); err != nil || dead != 0 {
 			t.Errorf("%d messages in the DLQ (err %v); want none: a message must not be dead-lettered for waiting in the worker", dead, err)
+		}
+		if k := again.Load(); k != 0 {
+			t.Errorf("%d messages ran on a later receive: released for waiting while their tenant progressed", k)
 		}
 		if most := c.mostAtOnce("a"); most != 1 {
 			t.Errorf("group a held %d runners at once; MaxPerGroup is 1", most)
