@@ -176,9 +176,10 @@ type Config struct {
 	// took one, within MaxHold), however long its turn takes: releasing it would cost it a
 	// receive, and, repeated, the DLQ. Only a group that made no progress for MaxHold (its handler
 	// stuck, or slower than MaxHold: raise MaxHold then) has its waiting messages released, to
-	// come back after as long as it has made none; a message on its last receive (the queue's
-	// maxReceiveCount) is never released for waiting. Messages without a group id are not
-	// capped. Groups never order or halt one another on a standard queue: that is FIFO's rule,
+	// come back after as long as it has made none (at most 15 minutes); a message on its last
+	// receive (the queue's maxReceiveCount) is never released for waiting: it keeps its slot
+	// until it runs. Messages without a group id are not capped. Groups never order or halt one
+	// another on a standard queue: that is FIFO's rule,
 	// kept only on a .fifo queue, where MaxPerGroup has no effect (SQS runs one message of a
 	// group at a time there). A value of Concurrency or more caps nothing the worker would reach
 	// unless the concurrency grows (Concurrency 0). 0 (the default) means no cap; negative is an
