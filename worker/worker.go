@@ -176,12 +176,17 @@ func (w *Worker) start(ctx context.Context) error {
 	w.e.sw = &sqsWriter{client: w.client, opt: w.opt, url: q.URL, fifo: q.FIFO, metrics: w.e.metrics, log: log, base: base}
 	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.size.maxCap)
 	if w.cfg.MaxPerGroup > 0 && !q.FIFO {
-		w.fair = newFairQueue(w.cfg.MaxPerGroup)
+		w.fair = newFairQueue(w.cfg.MaxPerGroup, w.cfg.MaxHold)
 		w.e.spare = semaphore.NewWeighted(int64(max(w.cfg.Prefetch, w.cfg.BatchSize)))
-		w.pollers.Add(1)
+		w.e.fairHold = true
+		w.pollers.Add(2)
 		go func() {
 			defer w.pollers.Done()
 			w.probeFair()
+		}()
+		go func() {
+			defer w.pollers.Done()
+			w.holdFair()
 		}()
 		if gm, ok := w.e.metrics.(GroupMetrics); ok {
 			w.pollers.Add(1)
