@@ -45,6 +45,7 @@ type engine struct {
 	del       *deleter
 	slots     *semaphore.Weighted
 	spare     *semaphore.Weighted // with Config.MaxPerGroup: the slots of probeFair's receives
+	fairHold  bool                // a fairQueue, not the leases, bounds the held deliveries' wait (expire)
 	held      atomic.Int64        // deliveries received and not yet taken by a runner
 	inFlight  atomic.Int64        // messages whose handlers run
 	pause     pauser
@@ -71,7 +72,11 @@ func (e *engine) receive(sm *types.Message, requested, arrived time.Time) *deliv
 	if d.refused == nil {
 		d.refused = offloadRefusal(m, e.cfg.Payloads)
 	}
-	d.lease = startLease(e.sw, m, e.vis, e.now, e.cfg.MaxHold)
+	maxHold := e.cfg.MaxHold
+	if e.fairHold {
+		maxHold = 0
+	}
+	d.lease = startLease(e.sw, m, e.vis, e.now, maxHold)
 	e.held.Add(1)
 	return d
 }

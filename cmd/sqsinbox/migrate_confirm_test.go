@@ -31,9 +31,8 @@ func TestMigrateDownAsksOnATerminal(t *testing.T) {
 			t.Fatalf("answer %q: tables left %q, want %q", answer, got, allTables)
 		}
 	}
-	reverted := revertedText(t, dbArgs)
 	r := ask("Yes\n")
-	if r.code != 0 || !strings.Contains(r.stdout, reverted) {
+	if r.code != 0 || !strings.Contains(r.stdout, allReverted(t, pool, schema)) {
 		t.Fatalf("answer yes: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
 	if got := tablesOf(t, pool, schema); got != "outbox_schema_migrations,schema_migrations" {
