@@ -134,7 +134,8 @@ func (f batchFunc) HandleBatch(ctx context.Context, b *Batch) []error {
 // than a round waits, and fall back to the law's count once a whole round waits; receives that
 // come back short (no backlog) never grow them, and those less than half full on average (a light
 // load) let them fall to the floor; a growth that did not raise the receive rate by a tenth is
-// the last until the rate rises past that. And the round trip they are sized from is the
+// the last until the rate rises past that, and feed adds none past 4 rounds on their way. And the
+// round trip they are sized from is the
 // fastest receive, drifting up 1% a look.
 func TestSizerFeed(t *testing.T) {
 	t.Parallel()
@@ -168,6 +169,14 @@ func TestSizerFeed(t *testing.T) {
 		if got := s.feed(4, 10, 10, 100, 20, tc.rate); got != tc.want {
 			t.Errorf("look %d, %v messages received a second: feed = %d, want %d", i, tc.rate, got, tc.want)
 		}
+	}
+	// At most feedRounds rounds on their way: 8 pollers of 10 for 2 runners of 10 is 4 rounds.
+	s.fedRate = 0
+	if got := s.feed(4, 2, 10, 100, 5, 0); got != 8 {
+		t.Errorf("4 rounds on their way: feed = %d, want 8 (no more)", got)
+	}
+	if got := s.feed(12, 2, 10, 100, 5, 0); got != 12 {
+		t.Errorf("4 rounds on their way, law asks more: feed = %d, want 12", got)
 	}
 	if got := s.feed(4, 10, 10, 100, 100, 1300); got != 4 {
 		t.Errorf("a round waiting after a growth stopped: feed = %d, want 4", got)

@@ -344,10 +344,12 @@ func (s *sizer) roundTrip() float64 {
 // queue has a backlog) and fewer than half a round of batches (runners × HandlerBatch) is waiting
 // for the runners, more pollers are wanted; while a whole round is waiting, the runners are the
 // limit and the pollers may fall back towards the floor; in between they stay. It grows them
-// only while growing pays: once a growth did not raise the messages received per second (rate) by
-// a tenth, the server is the limit (an emulator on the worker's cores, or one still warming up),
-// and more pollers would only hold more messages the runners cannot take yet (each poller's
-// receive brings BatchSize); they stay until the rate rises past that mark.
+// only while growing pays, and only up to feedRounds rounds of batches on their way: once a growth
+// did not raise the messages received per second (rate) by a tenth, the server is the limit (an
+// emulator on the worker's cores, or one still warming up), and more pollers would only hold more
+// messages the runners cannot take yet (each poller's receive brings BatchSize, and they arrive
+// together once the server catches up); they stay until the rate rises past that mark. A far
+// server needs more on their way than that: Little's law (floor) asks for them.
 func (s *sizer) feed(floor, runners int, calls, msgs, held int64, rate float64) int {
 	cur := int(s.pollers.Load())
 	round := int64(runners * s.handler)
@@ -357,7 +359,7 @@ func (s *sizer) feed(floor, runners int, calls, msgs, held int64, rate float64) 
 		s.fedRate = 0
 	}
 	switch {
-	case grow && s.fedRate > 0 && rate < 1.1*s.fedRate:
+	case grow && (s.fedRate > 0 && rate < 1.1*s.fedRate || int64(cur*s.batch) >= feedRounds*round):
 		return max(floor, cur)
 	case grow:
 		s.fedRate = rate
@@ -367,6 +369,10 @@ func (s *sizer) feed(floor, runners int, calls, msgs, held int64, rate float64) 
 	}
 	return floor
 }
+
+// feedRounds is how many rounds of batches (runners × HandlerBatch) the pollers that feed adds
+// may have on their way at most.
+const feedRounds = 4
 
 // lightPollers is the fewest pollers the sizer runs while messages arrive slower than its
 // receives take them (see [sizer.floor]).
