@@ -176,4 +176,3 @@ func TestRelayBehindPooler(t *testing.T) {
 		})
 	}
 }
-
