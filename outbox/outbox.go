@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/migrate"
 )
@@ -180,8 +181,13 @@ func (ob *Outbox) prepare() {
 // Schema returns the schema of the outbox's table.
 func (ob *Outbox) Schema() string { return ob.cfg.Schema }
 
-// Check verifies, at start, that the schema is migrated.
+// Check verifies, at start, that the pool's query mode works where the pool connects (behind a
+// transaction pooler it refuses pgx's default, naming the fix; see inbox.ErrPoolerQueryMode)
+// and that the schema is migrated.
 func (ob *Outbox) Check(ctx context.Context) error {
+	if err := pooler.Check(ctx, ob.pool, "outbox"); err != nil {
+		return err
+	}
 	if err := ob.migrator.CheckCurrent(ctx); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/internal/core/startstop"
 	"github.com/sqsinbox/sqsinbox/s3payload"
@@ -298,6 +299,10 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 // returns once the relay runs; ctx bounds the start only.
 func (rl *Relay) Start(ctx context.Context) error {
 	if err := rl.life.BeginStart(); err != nil {
+		return err
+	}
+	if err := pooler.Check(ctx, rl.pool, "outbox relay"); err != nil {
+		rl.life.EndStart(ctx, false)
 		return err
 	}
 	if err := rl.migrator.CheckCurrent(ctx); err != nil {
