@@ -22,20 +22,7 @@ func TestGenerationsBehindPooler(t *testing.T) {
 	const retention = 10 * time.Minute
 	g := genSetup(t, &inbox.Config{Retention: retention})
 	ctx := t.Context()
-	b, err := pgbouncer.Start(ctx, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	traffic, err := b.StartTraffic(ctx, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := traffic.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	b := pgbouncer.Busy(t, db, nil, 4)
 	pooled, err := pgxpool.New(ctx, b.URL+"&default_query_exec_mode=exec")
 	if err != nil {
 		t.Fatal(err)

@@ -23,20 +23,7 @@ import (
 // must return without error, each migration must be applied exactly once, and a migrator run
 // afterwards must find the lock free.
 func TestConcurrentMigratorsBehindPooler(t *testing.T) {
-	b, err := pgbouncer.Start(t.Context(), db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	traffic, err := b.StartTraffic(t.Context(), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := traffic.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	b := pgbouncer.Busy(t, db, nil, 4)
 	fsys := fstest.MapFS{}
 	for _, name := range []string{"0001_a", "0002_b", "0003_c"} {
 		fsys["m/"+name+".up.sql"] = &fstest.MapFile{Data: []byte("SELECT pg_sleep(0.2); CREATE TABLE {{schema}}.made_" + name[5:] + " (id int)")}

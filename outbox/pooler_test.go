@@ -19,24 +19,7 @@ var queryModes = []string{"cache_statement", "cache_describe", "describe_exec", 
 
 // pooler starts PgBouncer in transaction mode in front of the test database, with other
 // clients' short statements on it, both stopped when t ends.
-func pooler(t *testing.T) *pgbouncer.Bouncer {
-	t.Helper()
-	b, err := pgbouncer.Start(t.Context(), db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	traffic, err := b.StartTraffic(t.Context(), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := traffic.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return b
-}
+func pooler(t *testing.T) *pgbouncer.Bouncer { return pgbouncer.Busy(t, db, nil, 4) }
 
 // modePool is a pool on url in query mode, closed when t ends.
 func modePool(t *testing.T, url, mode string) *pgxpool.Pool {

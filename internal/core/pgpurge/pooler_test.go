@@ -24,20 +24,7 @@ import (
 func TestPurgeBehindPoolerSurvivesKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	b, err := pgbouncer.Start(ctx, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	traffic, err := b.StartTraffic(ctx, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := traffic.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	b := pgbouncer.Busy(t, db, nil, 4)
 	url := b.URL + "&default_query_exec_mode=exec"
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
