@@ -63,7 +63,7 @@ type result struct {
 	rate  float64 // messages a second
 	took  time.Duration
 	first time.Duration // from the start to the first pick task seen: the processes' start-up
-	conns int // most server connections seen
+	conns int           // most server connections seen
 }
 
 func run(n, pooled, direct, poolSize, rounds int, server string) error {
