@@ -130,28 +130,21 @@ func PoolerChaos(ctx context.Context, e *Env, o PoolerOptions) (*PoolerReport, e
 	if err != nil {
 		return nil, err
 	}
-	procs := &Procs{Dir: dir, Env: []string{EnvWarehouse + "=1"}}
+	c := &poolerRun{e: e, b: b, q: q, o: o, procs: &Procs{Dir: dir, Env: []string{EnvWarehouse + "=1"}}, health: map[*Proc]string{}}
 	for k, v := range env {
-		procs.Env = append(procs.Env, k+"="+v)
+		c.procs.Env = append(c.procs.Env, k+"="+v)
 	}
-	defer procs.KillAll()
-	health := map[*Proc]string{}
-	start := func(i, gen int) (*Proc, error) {
-		addr, err := FreeAddr()
-		if err != nil {
-			return nil, err
-		}
-		p, err := procs.Start("warehouse-"+strconv.Itoa(i)+"."+strconv.Itoa(gen), e.Command(), "HEALTH_ADDR="+addr)
-		health[p] = addr
-		return p, err
+	defer c.procs.KillAll()
+	if c.direct, err = pgxpool.New(ctx, e.DB.URL); err != nil {
+		return nil, err
 	}
-	workers := make([]*Proc, o.Workers)
-	for i := range workers {
-		if workers[i], err = start(i, 0); err != nil {
+	defer c.direct.Close()
+	c.workers = make([]*Proc, o.Workers)
+	for i := range c.workers {
+		if err := c.start(i); err != nil {
 			return nil, err
 		}
 	}
-
 	prefix := "pool" + randHex(3)
 	events := exampletest.Events(prefix, o.Events, 50)
 	msgs := exampletest.Messages(events)
@@ -159,92 +152,127 @@ func PoolerChaos(ctx context.Context, e *Env, o PoolerOptions) (*PoolerReport, e
 		msgs = append(msgs, sqstest.Message{Body: fmt.Sprintf(`{"id":"evt_%s_poison_%d"}`, prefix, i)})
 	}
 	rand.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
-	rep := &PoolerReport{Events: len(events), Messages: len(msgs) - o.Poison, Poison: o.Poison}
-	ids := make([]string, len(events))
+	c.rep = &PoolerReport{Events: len(events), Messages: len(msgs) - o.Poison, Poison: o.Poison}
+	c.ids = make([]string, len(events))
 	for i, ev := range events {
-		ids[i] = ev.OrderID
+		c.ids[i] = ev.OrderID
 	}
-	direct, err := pgxpool.New(ctx, e.DB.URL)
-	if err != nil {
-		return nil, err
-	}
-	defer direct.Close()
-	client := e.SQS.Client()
 	began := time.Now()
 	sent := make(chan error, 1)
-	go func() { sent <- sqstest.Send(ctx, client, q.URL, msgs) }()
+	go func() { sent <- sqstest.Send(ctx, e.SQS.Client(), q.URL, msgs) }()
+	if err := c.chaos(ctx, sent); err != nil {
+		return c.rep, err
+	}
+	c.rep.Took = time.Since(began)
+	return c.rep, c.finish(ctx)
+}
 
-	gen := 0
-	deadline := time.Now().Add(o.Timeout)
-	for {
+// poolerRun is one PoolerChaos run: the pooler, the queue, the worker processes (with each
+// one's health address) and the report.
+type poolerRun struct {
+	e       *Env
+	b       *pgbouncer.Bouncer
+	q       *sqstest.Queue
+	o       PoolerOptions
+	procs   *Procs
+	health  map[*Proc]string
+	workers []*Proc
+	gen     int
+	direct  *pgxpool.Pool // the database, directly
+	ids     []string      // the events' orders
+	rep     *PoolerReport
+}
+
+// start starts (or restarts) worker i, serving its health endpoints on an address of its own.
+func (c *poolerRun) start(i int) error {
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	c.gen++
+	p, err := c.procs.Start("warehouse-"+strconv.Itoa(i)+"."+strconv.Itoa(c.gen), c.e.Command(), "HEALTH_ADDR="+addr)
+	if err != nil {
+		return err
+	}
+	c.workers[i], c.health[p] = p, addr
+	return nil
+}
+
+// chaos kills a random worker every 0.3 to 1.5 s while messages remain (up to Kills), restarts
+// the killed ones and any that exited by itself (counted), and samples the pooler's server
+// connections, until sent has reported, every order has its pick task, the queue is empty and
+// the poison is in the DLQ, or Timeout passes.
+func (c *poolerRun) chaos(ctx context.Context, sent chan error) error {
+	client := c.e.SQS.Client()
+	deadline := time.Now().Add(c.o.Timeout)
+	for time.Now().Before(deadline) {
 		if err := sleep(ctx, time.Duration(300+rand.IntN(1200))*time.Millisecond); err != nil {
-			return rep, err
+			return err
 		}
-		for i, p := range workers {
+		for i, p := range c.workers {
 			if exited, _ := p.Exited(); exited {
-				rep.SelfExits++
-				rep.SelfExitTails = append(rep.SelfExitTails, p.ID+": "+p.Tail(600))
-				gen++
-				if workers[i], err = start(i, gen); err != nil {
-					return rep, err
+				c.rep.SelfExits++
+				c.rep.SelfExitTails = append(c.rep.SelfExitTails, p.ID+": "+p.Tail(600))
+				if err := c.start(i); err != nil {
+					return err
 				}
 			}
 		}
-		if n, err := b.ServerConns(ctx); err == nil {
-			rep.ServerConns = max(rep.ServerConns, n)
+		if n, err := c.b.ServerConns(ctx); err == nil {
+			c.rep.ServerConns = max(c.rep.ServerConns, n)
 		}
-		left, _ := sqstest.Count(ctx, client, q.URL)
-		if left > 0 && rep.Kills < o.Kills {
-			i := rand.IntN(len(workers))
-			workers[i].Kill()
-			rep.Kills++
-			gen++
-			if workers[i], err = start(i, gen); err != nil {
-				return rep, err
+		left, _ := sqstest.Count(ctx, client, c.q.URL)
+		if left > 0 && c.rep.Kills < c.o.Kills {
+			i := rand.IntN(len(c.workers))
+			c.workers[i].Kill()
+			c.rep.Kills++
+			if err := c.start(i); err != nil {
+				return err
 			}
 		}
 		select {
 		case err := <-sent:
 			if err != nil {
-				return rep, fmt.Errorf("reliability: send: %w", err)
+				return fmt.Errorf("reliability: send: %w", err)
 			}
 			sent = nil
 		default:
 		}
 		if sent == nil && left == 0 {
-			got, err := warehouse.PickTasks(ctx, direct, ids)
-			dlq, _ := sqstest.Count(ctx, client, q.DLQURL)
-			if err == nil && len(got) == len(ids) && missing(got) == 0 && dlq >= o.Poison {
-				break
+			got, err := warehouse.PickTasks(ctx, c.direct, c.ids)
+			dlq, _ := sqstest.Count(ctx, client, c.q.DLQURL)
+			if err == nil && len(got) == len(c.ids) && missing(got) == 0 && dlq >= c.o.Poison {
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			break
-		}
 	}
-	rep.Took = time.Since(began)
-	for _, p := range workers {
+	return nil // the report says what is missing
+}
+
+// finish stops the workers with SIGTERM and tallies the pick tasks and the DLQ.
+func (c *poolerRun) finish(ctx context.Context) error {
+	for _, p := range c.workers {
 		// A worker restarted a moment ago may not handle SIGTERM yet: wait until it serves /livez.
-		waitLive(ctx, p, health[p], time.Minute)
+		waitLive(ctx, p, c.health[p], time.Minute)
 		if err := p.Term(time.Minute); err != nil {
-			rep.StopErrors = append(rep.StopErrors, p.ID+": "+err.Error()+": "+p.Tail(600))
+			c.rep.StopErrors = append(c.rep.StopErrors, p.ID+": "+err.Error()+": "+p.Tail(600))
 		}
 	}
-	got, err := warehouse.PickTasks(ctx, direct, ids)
+	got, err := warehouse.PickTasks(ctx, c.direct, c.ids)
 	if err != nil {
-		return rep, err
+		return err
 	}
-	for _, id := range ids {
+	for _, id := range c.ids {
 		switch got[id] {
 		case 0:
-			rep.Lost++
+			c.rep.Lost++
 		case 1:
 		default:
-			rep.Twice++
+			c.rep.Twice++
 		}
 	}
-	rep.DLQ, err = sqstest.Count(ctx, client, q.DLQURL)
-	return rep, err
+	c.rep.DLQ, err = sqstest.Count(ctx, c.e.SQS.Client(), c.q.DLQURL)
+	return err
 }
 
 // waitLive waits until the process serves http://addr/livez, exits, or timeout passes.
