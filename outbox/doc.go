@@ -59,7 +59,7 @@
 // one of the pool's. Polling every RelayConfig.PollInterval is the fallback: it catches a
 // notification sent while no relay listened, and rows whose backoff has ended. At start (and
 // after each reconnect) the relay sends a probe notification through the pool and waits up to
-// 5 s for its connection to hear it. Behind a transaction pooler (PgBouncer in transaction
+// 10 s for its connection to hear it. Behind a transaction pooler (PgBouncer in transaction
 // mode) it never does: the LISTEN stayed on a server connection the pooler gave to other
 // clients. The relay then says so once in its log and polls every [DeafPollInterval] (250 ms)
 // instead, so a row committed while it is idle waits at most that long to be claimed; it polls

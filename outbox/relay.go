@@ -45,7 +45,7 @@ const (
 	DeafPollInterval = 250 * time.Millisecond
 	// listenProbeTimeout bounds the wait for the relay's probe notification, sent through the
 	// pool at start and after each reconnect: on a direct connection it arrives in milliseconds.
-	listenProbeTimeout = 5 * time.Second
+	listenProbeTimeout = 10 * time.Second
 	// DefaultPublishTimeout bounds one SendMessageBatch or PublishBatch call, the SDK's retries
 	// included.
 	DefaultPublishTimeout = 20 * time.Second
