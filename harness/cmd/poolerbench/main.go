@@ -68,7 +68,9 @@ type result struct {
 
 func run(n, pooled, direct, poolSize, rounds int, server string) error {
 	ctx := context.Background()
-	os.Setenv("SQSINBOX_TEST_SQS", server)
+	if err := os.Setenv("SQSINBOX_TEST_SQS", server); err != nil {
+		return err
+	}
 	srv, err := sqstest.Start(ctx)
 	if err != nil {
 		return err
