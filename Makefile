@@ -71,6 +71,14 @@ bench: bench-inbox bench-http bench-worker bench-relay ## Run the benchmarks and
 bench-inbox: ## Inbox claim-and-run against pgbench running the same SQL on the same server.
 	$(GO) test -run '^$$' -bench BenchmarkInboxVsPgbench -benchtime 1x -timeout 30m ./inbox/
 
+.PHONY: bench-querymodes
+bench-querymodes: ## Inbox claim-and-run in each pgx query mode, direct and through PgBouncer (transaction mode): medians of 10 interleaved rounds, ratio to pgx's default on a direct connection.
+	$(GO) test -run '^$$' -bench BenchmarkClaimQueryModes -benchtime 1x -timeout 30m ./inbox/
+
+.PHONY: bench-pooler
+bench-pooler: ## 16 warehouse workers at their defaults through PgBouncer (default_pool_size 20) against 4 on direct connections, each draining a backlog: msgs/s, server connections, ratio (3 interleaved rounds).
+	$(GO) run ./harness/cmd/poolerbench -n 20000 -rounds 3
+
 .PHONY: bench-http
 bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first attempts and replays at c=1/8/32.
 	$(GO) test -run '^$$' -bench BenchmarkHTTP -benchtime 2000x -timeout 30m ./inbox/idempotency/

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/outbox"
 )
 
@@ -65,7 +66,7 @@ func (r *run) checkDatabase(ctx context.Context) {
 	}
 	r.checkDurability(ctx, ib)
 	r.checkPoolSize(poolSize)
-	r.checkPooler(ctx, pool, mode)
+	r.checkPooler(ctx, r.deps.Pool.Config(), mode)
 	r.checkClock(ctx, pool, layout)
 }
 
@@ -278,57 +279,26 @@ func (r *run) checkPoolSize(size int) {
 		Fix: "handlers wait for a connection, and the wait counts against the handler timeout; raise pool_max_conns in DATABASE_URL or lower the concurrency"})
 }
 
-// poolerRounds is how often the pooler check asks which server process serves each of two
-// client connections.
-const poolerRounds = 4
-
 // checkPooler reports a transaction-mode pooler (PgBouncer's pool_mode = transaction, RDS Proxy)
 // between the worker and the database when the worker's query mode uses a prepared statement
 // across round trips (cache_statement, pgx's default, and describe_exec), which such a pooler
-// may run on another server connection. cache_describe, exec and simple_protocol send each
-// statement whole. It holds two client connections and asks, in turn, which
-// server process serves each statement: a pooler in transaction mode serves one client's
-// statements from different server processes, or two clients' from the same one; a direct
-// connection or a session-mode pooler never does. It changes nothing.
-func (r *run) checkPooler(ctx context.Context, pool *pgxpool.Pool, mode pgx.QueryExecMode) {
-	a, err := pool.Acquire(ctx)
-	if err != nil {
+// may run on another server connection; the inbox's start-up check refuses that pool. The
+// detection is the one the inbox and workerapp use (two connections of its own, comparing the
+// server process that serves each statement); it changes nothing.
+func (r *run) checkPooler(ctx context.Context, pcfg *pgxpool.Config, mode pgx.QueryExecMode) {
+	if pooler.ModeSafe(mode) {
 		return
 	}
-	defer a.Release()
-	b, err := pool.Acquire(ctx)
-	if err != nil {
-		return
-	}
-	defer b.Release()
-	seenA, seenB := map[int32]bool{}, map[int32]bool{}
-	for range poolerRounds {
-		for _, c := range []struct {
-			conn *pgxpool.Conn
-			seen map[int32]bool
-		}{{a, seenA}, {b, seenB}} {
-			var pid int32
-			if err := c.conn.QueryRow(ctx, sqlBackend).Scan(&pid); err != nil {
-				return
-			}
-			c.seen[pid] = true
-		}
-	}
-	shared := false
-	for pid := range seenA {
-		shared = shared || seenB[pid]
-	}
-	if !shared && len(seenA) == 1 && len(seenB) == 1 {
-		return
-	}
-	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
+	behind, err := pooler.Detect(ctx, pcfg.ConnConfig)
+	if err != nil || !behind {
 		return
 	}
 	r.add(Finding{Severity: Error, Check: "database.pooler", Setting: "default_query_exec_mode behind a transaction-mode pooler",
-		Seen: mode.String(), Want: "cache_describe, exec or simple_protocol",
+		Seen: pooler.ModeName(mode), Want: "cache_describe, exec or simple_protocol",
 		Fix: "the pooler runs each transaction (and each statement outside one) on any server connection, where a statement pgx " +
 			"prepared on another is missing, and the worker's statements fail; add default_query_exec_mode=cache_describe to DATABASE_URL " +
-			"(or keep cache_statement with PgBouncer 1.21+ and max_prepared_statements > 0)"})
+			"(a workerapp program picks it by itself when the URL names no mode: its own `doctor` subcommand sees that; " +
+			"or keep cache_statement with PgBouncer 1.21+ and max_prepared_statements > 0)"})
 }
 
 // checkClock reports this machine's clock far from the database's. The distance is measured

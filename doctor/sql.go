@@ -7,8 +7,6 @@ const (
 	sqlClock = "SELECT clock_timestamp()"
 	// sqlSyncCommit reads synchronous_commit.
 	sqlSyncCommit = "SELECT current_setting('synchronous_commit')"
-	// sqlBackend reads which server process serves this statement.
-	sqlBackend = "SELECT pg_backend_pid()"
 	// sqlSchema reads the role's privileges on the schema.
 	sqlSchema = "SELECT has_schema_privilege(current_user, $1::text, 'USAGE'), has_schema_privilege(current_user, $1::text, 'CREATE')"
 	// sqlTables reads, for each named table of the schema that exists, the role's privileges on

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/migrate"
 )
@@ -253,9 +254,13 @@ func (ib *Inbox) IdleInTransactionTimeout() time.Duration { return ib.cfg.IdleIn
 // Pool returns the pool the inbox uses.
 func (ib *Inbox) Pool() *pgxpool.Pool { return ib.pool }
 
-// Check verifies, at start, that the schema is migrated and that commits are durable
-// (see [ErrAsyncCommit]). Workers call it before they receive anything.
+// Check verifies, at start, that the pool's query mode works where the pool connects (see
+// [ErrPoolerQueryMode]), that the schema is migrated and that commits are durable (see
+// [ErrAsyncCommit]). Workers call it before they receive anything.
 func (ib *Inbox) Check(ctx context.Context) error {
+	if err := pooler.Check(ctx, ib.pool, "inbox"); err != nil {
+		return err
+	}
 	if err := ib.migrator.CheckCurrent(ctx); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}

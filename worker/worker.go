@@ -77,6 +77,8 @@ type Worker struct {
 	pendingMu sync.Mutex
 	pending   map[*group]struct{} // FIFO groups with deliveries not yet started
 
+	groupless grouplessWatch // with MaxPerGroup: warns once when the messages carry no group id
+
 	pollers sync.WaitGroup
 	runners sync.WaitGroup
 }

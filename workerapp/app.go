@@ -348,7 +348,7 @@ func migrateAll(ctx context.Context, spec Spec, pool *pgxpool.Pool, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	log.Info("inbox migrations applied", "schema", inbox.DefaultSchema, "versions", v)
+	logMigrated(log, "inbox", v, "schema", inbox.DefaultSchema)
 	if spec.Migrate == nil {
 		return nil
 	}
@@ -356,6 +356,6 @@ func migrateAll(ctx context.Context, spec Spec, pool *pgxpool.Pool, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	log.Info(spec.Name+" migrations applied", "versions", v)
+	logMigrated(log, spec.Name, v)
 	return nil
 }
