@@ -70,6 +70,10 @@
 // worker instance through a small id into inbox_sources, where each pair is stored once): about
 // 40 bytes more per row, for [Inbox.Lookup] and [Inbox.List].
 //
+// inbox_routes holds, one row a queue, the routes a worker's inboxhandler.Router published when
+// it started ([Inbox.PublishRoutes]), versioned, with the version they replaced: operator tools
+// classify a dead-letter queue's messages by them ([Inbox.PublishedRoutes]).
+//
 // # Retention and purge
 //
 // A row must outlive every possible redelivery of its event, or a late redelivery runs twice.

@@ -156,6 +156,16 @@ func validChars(s string) (bool, string) {
 	return true, ""
 }
 
+// ValidateText reports whether SQS and SNS accept s as a message body or a String attribute's
+// value: valid UTF-8 holding only the characters validChars lists. The error says which byte is
+// refused. The CLI's send checks every line with it before it sends the first.
+func ValidateText(s string) error {
+	if ok, why := validChars(s); !ok {
+		return errors.New(why)
+	}
+	return nil
+}
+
 // ValidateAttributeName reports whether SQS and SNS accept name as a message attribute name: 1
 // to 256 characters of A-Z a-z 0-9 _ - ., not starting with AWS. or Amazon. (in any case), not
 // starting or ending with a period, and without two periods in a row.

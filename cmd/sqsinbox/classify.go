@@ -114,6 +114,16 @@ type classifierConfig struct {
 	routes map[string]string
 	// types reads a message's type, as the queue's Router does.
 	types inboxhandler.RouterConfig
+	// typeFunc says that the queue's Router reads the type with a function of its program
+	// (RouterConfig.TypeOf), so that no type can be read here: with --handler, every message is
+	// moved rather than deleted.
+	typeFunc bool
+	// noRoute ends the reason of a message whose type has no route, naming where the routes came
+	// from ("has no --route" when empty).
+	noRoute string
+	// published are the routes the queue's worker published, when the routes or the type's
+	// source come from them.
+	published *inbox.PublishedRoutes
 	// key is where the handlers take their event key.
 	key keySpec
 	// payloads fetches offloaded payloads; nil leaves an offloaded message whose attributes give
@@ -177,16 +187,72 @@ func parseRoutes(pairs []string) (map[string]string, error) {
 	return routes, nil
 }
 
+// usePublished fills what cc lacks from p, the routes the queue's worker published (nil: none):
+// the routes, when neither a handler nor routes were given, and where a message's type is read,
+// unless typeGiven (--type-attribute or --type-field, or the console's fields, were given).
+func (cc *classifierConfig) usePublished(p *inbox.PublishedRoutes, typeGiven bool) error {
+	if p == nil {
+		return nil
+	}
+	cc.published = p
+	if cc.handler == "" && len(cc.routes) == 0 {
+		cc.routes = maps.Clone(p.Routes.Routes)
+		cc.noRoute = "has no route among those the worker published"
+	}
+	if !typeGiven {
+		cc.types = inboxhandler.RouterConfig{TypeAttribute: p.TypeAttribute, TypeField: p.TypeField}
+		cc.typeFunc = p.TypeFunc
+	}
+	if cc.typeFunc && cc.handler == "" {
+		return fmt.Errorf("%w: the worker of queue %s reads a message's type with a function of its own (RouterConfig.TypeOf), "+
+			"which cannot run here: give the type's attribute and body field as it reads them (--type-attribute, --type-field)", errUsage, p.Queue)
+	}
+	return nil
+}
+
+// publishedText describes the routes a worker published: their version, when, by which
+// instance, and the version they replaced.
+func publishedText(p *inbox.PublishedRoutes) string {
+	s := fmt.Sprintf("routes published by queue %s's worker: version %s, since %s (instance %s; last started %s)", p.Queue, p.Version,
+		p.PublishedAt.UTC().Format(time.RFC3339), p.Instance, p.ConfirmedAt.UTC().Format(time.RFC3339))
+	if p.Previous != nil {
+		s += fmt.Sprintf("; they replaced version %s (%s), published since %s", p.Previous.Version, routesText(p.Previous.Routes.Routes),
+			p.Previous.PublishedAt.UTC().Format(time.RFC3339))
+	}
+	return s
+}
+
+// typeSourceText says where a message's type is read.
+func typeSourceText(rc inboxhandler.RouterConfig, typeFunc bool) string {
+	if typeFunc {
+		return "a function of the worker's program (RouterConfig.TypeOf)"
+	}
+	s := fmt.Sprintf("attribute %q", cmp.Or(rc.TypeAttribute, "type"))
+	if rc.TypeField != "" {
+		s += fmt.Sprintf(", else body field %q", rc.TypeField)
+	}
+	return s
+}
+
+// routesText lists routes as TYPE=HANDLER, sorted by type.
+func routesText(routes map[string]string) string {
+	var rs []string
+	for _, t := range slices.Sorted(maps.Keys(routes)) {
+		rs = append(rs, t+"="+routes[t])
+	}
+	return strings.Join(rs, ", ")
+}
+
 // describe names what the messages are classified against.
 func (cl *classifier) describe() string {
 	if cl.handler != "" {
 		return "handler " + cl.handler
 	}
-	var rs []string
-	for _, t := range slices.Sorted(maps.Keys(cl.routes)) {
-		rs = append(rs, t+"="+cl.routes[t])
+	s := "the routes " + routesText(cl.routes)
+	if cl.published != nil && cl.noRoute != "" {
+		s += " (published by the worker, version " + cl.published.Version + ")"
 	}
-	return "the routes " + strings.Join(rs, ", ")
+	return s
 }
 
 // newS3 is the S3 client of the payloads (offloaded by send, fetched by redrive), with the
@@ -339,8 +405,12 @@ func (cl *classifier) classify(ctx context.Context, m types.Message) class {
 	note := ""
 	switch {
 	case applied && typed != "":
+		sorts := "--route TYPE=HANDLER sorts it"
+		if cl.published != nil {
+			sorts = "without --handler, the routes the worker published sort it"
+		}
 		note = fmt.Sprintf("applied by %s, but it carries a type (%s): --handler alone cannot tell whether %s is the handler "+
-			"of its type, so it is moved rather than deleted (the inbox absorbs it if it was applied); --route TYPE=HANDLER sorts it", handler, typed, handler)
+			"of its type, so it is moved rather than deleted (the inbox absorbs it if it was applied); %s", handler, typed, handler, sorts)
 	case applied:
 		return cl.count(classApplied, key, "")
 	}
@@ -355,6 +425,12 @@ func (cl *classifier) classify(ctx context.Context, m types.Message) class {
 // typed describes the type m carries, if any: the queue may be a router's, where the same key
 // under another type is another event, so such a message is never deleted on --handler's word.
 func (cl *classifier) handlerOf(m *worker.Message, bodyKnown bool) (handler, typed, why string) {
+	if cl.typeFunc {
+		if cl.handler == "" {
+			return "", "", "type unreadable here (the worker reads it with RouterConfig.TypeOf)"
+		}
+		return cl.handler, "unknown here (the worker reads it with RouterConfig.TypeOf)", ""
+	}
 	rc := cl.types
 	if !bodyKnown {
 		rc.TypeField = "" // the body is a pointer: only the attribute can be read
@@ -384,11 +460,11 @@ func (cl *classifier) handlerOf(m *worker.Message, bodyKnown bool) (handler, typ
 		if cl.types.TypeField != "" {
 			what += fmt.Sprintf(", body field %q", cl.types.TypeField)
 		}
-		return "", "", "no type (" + what + "): no --route for it"
+		return "", "", "no type (" + what + "), so no route"
 	}
 	h, ok := cl.routes[typ]
 	if !ok {
-		return "", "", fmt.Sprintf("type %q has no --route", typ)
+		return "", "", fmt.Sprintf("type %q %s", typ, cmp.Or(cl.noRoute, "has no --route"))
 	}
 	return h, "", ""
 }
@@ -448,6 +524,12 @@ func (cl *classifier) report(w io.Writer, fromURL, toURL string) {
 		applied = "left in the DLQ (--keep-applied)"
 	}
 	fmt.Fprintf(w, "%s against %s's inbox rows%s:\n", lastPart(fromURL), cl.describe(), map[bool]string{true: " (dry run: nothing changed)", false: ""}[cl.dryRun])
+	if cl.published != nil {
+		fmt.Fprintf(w, "  %s\n", publishedText(cl.published))
+	}
+	if cl.handler == "" || cl.published != nil {
+		fmt.Fprintf(w, "  type read from %s\n", typeSourceText(cl.types, cl.typeFunc))
+	}
 	fmt.Fprintf(w, "  never applied: %d (%s moved to %s) %v\n", cl.counts[classMove], verb, lastPart(toURL), cl.samples[classMove])
 	cl.reasons(w, classMove)
 	fmt.Fprintf(w, "  already applied: %d (%s %s) %v\n", cl.counts[classApplied], verb, applied, cl.samples[classApplied])

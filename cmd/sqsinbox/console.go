@@ -107,7 +107,8 @@ func consoleFlags(e env) (*flags, *consoleOptions) {
 			"Serves a web console on 127.0.0.1 (--listen): the queues' depths, in flight, delayed and\n"+
 			"oldest ages, and their DLQs'; a DLQ's messages (a peek, on its button: received, raising their\n"+
 			"receive counts, then made visible again, never deleted) and the classified redrive of\n"+
-			"`sqsinbox redrive --handler H`, previewed or run; which handlers processed an event\n"+
+			"`sqsinbox redrive` (one handler, routes given, or the routes a Router's worker published),\n"+
+			"previewed or run; which handlers processed an event\n"+
 			"(`sqsinbox events show`); the outbox's backlog and parked messages, with retry\n"+
 			"(`sqsinbox outbox retry`). No page opened with GET receives or changes anything.\n\n"+
 			"Without a token it is read-only: it can peek, and nothing else. With one (SQSINBOX_CONSOLE_TOKEN,\n"+

@@ -49,6 +49,7 @@ type dlqView struct {
 	Handler                           string
 	Peeked                            bool     // the page answers a peek (a POST); opened with GET, it received nothing
 	Handlers                          []string // the inbox's handler names, for the redrive form
+	Published                         string   // the routes the queue's worker published, described; "" for none
 	Messages                          []peekMessage
 }
 
@@ -87,7 +88,7 @@ func (c *console) dlq(w http.ResponseWriter, r *http.Request, name, handler stri
 		return
 	}
 	d := c.page(r, "DLQ of "+q.name)
-	v := &dlqView{Queue: q.name, Handler: handler, Peeked: peek, Handlers: c.knownHandlers(r.Context())}
+	v := &dlqView{Queue: q.name, Handler: handler, Peeked: peek, Handlers: c.knownHandlers(r.Context()), Published: c.publishedView(r.Context(), q.name)}
 	d.DLQ = v
 	du, da, err := c.dlqOf(r.Context(), q)
 	if err != nil {

@@ -31,7 +31,7 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such queue", fmt.Sprintf("%q is not one of the queues this console was given (--queue).", r.PostFormValue("queue")))
 		return
 	}
-	cc, err := c.redriveConfig(r)
+	cc, err := c.redriveConfig(r, q.name)
 	if err != nil {
 		c.fail(w, r, http.StatusBadRequest, "Redrive not started", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return
@@ -95,29 +95,56 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 	c.render(w, status, "result.html", d)
 }
 
-// redriveConfig reads the redrive form: one handler (chosen among the inbox's), or routes
-// (TYPE=HANDLER, separated by spaces, commas or lines) with the type's attribute and body field,
-// as the queue's Router has them.
-func (c *console) redriveConfig(r *http.Request) (classifierConfig, error) {
+// redriveConfig reads the redrive form of queue: one handler (chosen among the inbox's), or
+// routes (TYPE=HANDLER, separated by spaces, commas or lines), or neither, for the routes the
+// queue's worker published; the type's attribute and body field, when given, override where the
+// published routes read the type.
+func (c *console) redriveConfig(r *http.Request, queue string) (classifierConfig, error) {
+	typeAttr, typeField := cmp.Or(strings.TrimSpace(r.PostFormValue("type_attribute")), "type"), strings.TrimSpace(r.PostFormValue("type_field"))
 	cc := classifierConfig{handler: strings.TrimSpace(r.PostFormValue("handler")), retention: c.retention, payloads: c.payloads,
 		dryRun: r.PostFormValue("mode") != "run", keepApplied: r.PostFormValue("keep_applied") != "",
-		allowOld: r.PostFormValue("allow_old") != "", key: defaultKeySpec,
-		types: inboxhandler.RouterConfig{TypeAttribute: cmp.Or(strings.TrimSpace(r.PostFormValue("type_attribute")), "type"),
-			TypeField: strings.TrimSpace(r.PostFormValue("type_field"))}}
+		allowOld: r.PostFormValue("allow_old") != "", key: defaultKeySpec, noRoute: "has no route among those given",
+		types: inboxhandler.RouterConfig{TypeAttribute: typeAttr, TypeField: typeField}}
 	routes := strings.FieldsFunc(r.PostFormValue("routes"), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 	switch {
 	case cc.handler != "" && len(routes) > 0:
 		return cc, errors.New("give a handler (a queue with one handler) or routes (a router's queue), not both")
-	case cc.handler == "" && len(routes) == 0:
-		return cc, errors.New("choose the queue's handler, or give routes TYPE=HANDLER for a router's queue")
 	case cc.handler != "":
 		if err := inbox.ValidateHandler(cc.handler); err != nil {
 			return cc, fmt.Errorf("handler: %w", err)
 		}
 	}
 	var err error
-	cc.routes, err = parseRoutes(routes)
-	return cc, err
+	if cc.routes, err = parseRoutes(routes); err != nil {
+		return cc, err
+	}
+	p, err := c.ib.PublishedRoutes(c.base, queue)
+	switch {
+	case err != nil && (cc.handler != "" || len(routes) > 0):
+		c.logf("the routes published for %s could not be read: %s", queue, oneLine(err))
+		p = nil
+	case err != nil:
+		return cc, fmt.Errorf("no handler or routes given, and the routes published for queue %s could not be read: %s", queue, oneLine(err))
+	case p == nil && cc.handler == "" && len(routes) == 0:
+		return cc, fmt.Errorf("choose the queue's handler, or give routes TYPE=HANDLER for a router's queue: no routes are published for queue %s "+
+			"(a worker whose handler is an inboxhandler.Router publishes them when it starts)", queue)
+	}
+	return cc, cc.usePublished(p, typeAttr != "type" || typeField != "")
+}
+
+// publishedView describes the routes the queue's worker published, for the redrive form; "" when
+// none were, or they cannot be read (the form then asks for a handler or routes).
+func (c *console) publishedView(ctx context.Context, queue string) string {
+	p, err := c.ib.PublishedRoutes(ctx, queue)
+	if err != nil {
+		c.logf("the routes published for %s: %s", queue, oneLine(err))
+		return ""
+	}
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s; type read from %s. %s.", routesText(p.Routes.Routes), typeSourceText(inboxhandler.RouterConfig{TypeAttribute: p.TypeAttribute,
+		TypeField: p.TypeField}, p.TypeFunc), strings.ToUpper(publishedText(p)[:1])+publishedText(p)[1:])
 }
 
 // handlerCache holds the inbox's handler names for a minute: finding them reads the whole table.

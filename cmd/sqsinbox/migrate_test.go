@@ -37,7 +37,7 @@ func tablesOf(t *testing.T, pool *pgxpool.Pool, schema string) string {
 	return names
 }
 
-const allTables = "dlq_discards,idempotency_keys,inbox_failures,inbox_layout,inbox_sources,outbox_messages,outbox_schema_migrations,processed_messages,schema_migrations"
+const allTables = "dlq_discards,idempotency_keys,inbox_failures,inbox_layout,inbox_routes,inbox_sources,outbox_messages,outbox_schema_migrations,processed_messages,schema_migrations"
 
 // inboxVersions are the versions of the inbox's migrations, newest first, as `migrate` prints
 // them ("0006"), read from the embedded list, so that a new migration needs no edit here.

@@ -93,7 +93,7 @@ func TestMigrateCoversTheOutbox(t *testing.T) {
 	if !strings.Contains(r.stdout, "outbox: reverted 0003, 0002, 0001 (3 migrations)") {
 		t.Fatalf("down --only outbox: %s", r.stdout)
 	}
-	if got := tablesOf(t, pool, schema); got != "dlq_discards,idempotency_keys,inbox_failures,inbox_layout,inbox_sources,outbox_schema_migrations,processed_messages,schema_migrations" {
+	if got := tablesOf(t, pool, schema); got != "dlq_discards,idempotency_keys,inbox_failures,inbox_layout,inbox_routes,inbox_sources,outbox_schema_migrations,processed_messages,schema_migrations" {
 		t.Fatalf("tables after the outbox's down: %q", got)
 	}
 	// --all with the outbox already down reverts only the inbox (its layout's one row asks first).

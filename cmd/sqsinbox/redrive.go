@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -26,17 +28,17 @@ func runRedrive(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if err := o.check(words); err != nil {
 		return err
 	}
-	var cl *classifier
-	if o.classified() {
+	cl, closeDB, err := o.classifier(ctx, e, fs.timeout)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if cl != nil {
 		o.mode = "copy"
-		var closeDB func()
-		if cl, closeDB, err = o.classifier(ctx, e, fs.timeout); err != nil {
-			return err
-		}
-		defer closeDB()
 	}
 	if o.mode == "copy" && o.to == "" {
 		return fmt.Errorf("%w: --mode copy needs --to", errUsage)
@@ -71,17 +73,19 @@ type redriveOptions struct {
 	routes                                                stringList
 	maxN                                                  int
 	rate                                                  float64
-	dryRun, keepApplied, allowOld                         bool
+	dryRun, keepApplied, allowOld, unclassified           bool
+	set                                                   map[string]bool // the flags given
 }
 
 // redriveFlags is redrive's flag set, and the options its flags set.
 func redriveFlags(e env) (*flags, *redriveOptions) {
-	o := &redriveOptions{}
-	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H | --route TYPE=H... [--dry-run]] [flags]",
+	o := &redriveOptions{set: map[string]bool{}}
+	fs := newFlags(e, "redrive", "redrive --from DLQ [--to QUEUE] [--handler H | --route TYPE=H... | --unclassified] [--dry-run] [flags]",
 		"  sqsinbox redrive --from warehouse-dlq --to warehouse\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --mode copy --max 100\n"+
 			"  sqsinbox redrive --from warehouse-dlq --to warehouse --handler warehouse --dry-run\n"+
-			"  sqsinbox redrive --from orders-dlq --to orders --route OrderPaid=orders-paid --route OrderShipped=orders-shipped\n\n"+
+			"  sqsinbox redrive --from orders-dlq --to orders --route OrderPaid=orders-paid --route OrderShipped=orders-shipped\n"+
+			"  DATABASE_URL=... sqsinbox redrive --from orders-dlq --to orders --dry-run   # by the routes its worker published\n\n"+
 			"With --handler, each message is first classified against the inbox (its key as the worker\n"+
 			"takes it: the event_id attribute, else the body's \"id\", inside an SNS envelope too, from the\n"+
 			"payload fetched from S3 where it is offloaded): already applied by the handler (its effect\n"+
@@ -92,12 +96,17 @@ func redriveFlags(e env) (*flags, *redriveOptions) {
 			"it again resumes, and waits up to 70 s for the messages an interrupted run still hides (60 s\n"+
 			"each) to come back.\n\n"+
 			"A queue served by an inboxhandler.Router has a handler per type, and the same id under two\n"+
-			"types is two events: give --route TYPE=HANDLER for each type instead of --handler (and\n"+
-			"--type-attribute/--type-field as its RouterConfig has them). A message whose type has no route\n"+
-			"is left. With --handler alone, a message that carries a type is never deleted: it is moved.\n\n"+
+			"types is two events. Its worker publishes its routes in the inbox when it starts (where the\n"+
+			"type is read, each type's handler): with the database (--database-url or DATABASE_URL) and\n"+
+			"neither --handler nor --route, redrive classifies by the routes published for the --to queue,\n"+
+			"and says which version. --route TYPE=HANDLER (one per type) and --type-attribute/--type-field\n"+
+			"override them; --unclassified moves every message as it is. A message whose type has no\n"+
+			"route is left. With --handler alone, a message that carries a type, or whose type cannot be\n"+
+			"read, is never deleted: it is moved (the type is read as the published routes say).\n\n"+
 			"The move task (StartMessageMoveTask) is used where the server supports it, else each message\n"+
 			"is received from the DLQ, sent to the queue with its body and attributes, then deleted.\n"+
-			"The event key (the event_id attribute or the body) survives; the SQS MessageId does not.\n"+
+			"The event key (the event_id attribute or the body) survives, and so does the MessageGroupId (a\n"+
+			"FIFO group, or on a standard queue a fair queue's tenant); the SQS MessageId does not.\n"+
 			"A message the worker already processed is a duplicate on its return: the inbox deletes it.\n\n"+
 			"A copy is a new message: its retention period starts again when it is sent, so it can be\n"+
 			"delivered up to the queue's MessageRetentionPeriod after the copy, later than the original\n"+
@@ -112,14 +121,16 @@ func redriveFlags(e env) (*flags, *redriveOptions) {
 	fs.StringVar(&o.handler, "handler", "", "classify each message against this handler's inbox rows first (copy mode; needs the database)")
 	fs.Var(&o.routes, "route", "TYPE=HANDLER (repeatable): classify each message against the handler its type routes to, as an "+
 		"inboxhandler.Router does; a message whose type has no route is left in the DLQ (instead of --handler)")
-	fs.StringVar(&o.typeAttr, "type-attribute", "type", "with --route: the message attribute that names a message's type (RouterConfig.TypeAttribute)")
-	fs.StringVar(&o.typeField, "type-field", "", "with --route: the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
-		"default: the body is not read)")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "with --handler or --route: count and sample each class, change nothing")
-	fs.BoolVar(&o.keepApplied, "keep-applied", false, "with --handler or --route: leave messages already applied in the DLQ instead of deleting them")
-	fs.BoolVar(&o.allowOld, "allow-old", false, "with --handler or --route: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
+	fs.StringVar(&o.typeAttr, "type-attribute", "type", "the message attribute that names a message's type (RouterConfig.TypeAttribute; "+
+		"default: as the queue's worker published it, else type)")
+	fs.StringVar(&o.typeField, "type-field", "", "the body's top-level field read when the attribute is absent (RouterConfig.TypeField; "+
+		"default: as the queue's worker published it, else the body is not read)")
+	fs.BoolVar(&o.unclassified, "unclassified", false, "move every message as it is, without classifying it by the routes its queue's worker published")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "classified (--handler, --route or the published routes): count and sample each class, change nothing")
+	fs.BoolVar(&o.keepApplied, "keep-applied", false, "classified: leave messages already applied in the DLQ instead of deleting them")
+	fs.BoolVar(&o.allowOld, "allow-old", false, "classified: move messages even when their copy could outlive their inbox row (see --inbox-retention)")
 	fs.Float64Var(&o.rate, "rate", 0, "copy mode: at most this many messages a second (0: no limit)")
-	fs.StringVar(&o.keyFlag, "key", "default", "with --handler or --route: where the handlers take their event key, as their worker does: default (the event_id "+
+	fs.StringVar(&o.keyFlag, "key", "default", "classified: where the handlers take their event key, as their worker does: default (the event_id "+
 		"attribute, else the body's \"id\"), attribute:NAME, json:FIELD, body (the SHA-256 of the body) or sns-message-id; "+
 		"several, separated by commas, are tried in order")
 	o.db.register(fs)
@@ -141,11 +152,12 @@ func (o *redriveOptions) check(words []string) error {
 	if o.mode != "auto" && o.mode != "move-task" && o.mode != "copy" {
 		return fmt.Errorf("%w: --mode %q: want auto, move-task or copy", errUsage, o.mode)
 	}
-	classified, cf := o.classified(), &o.cf
+	classified := o.classified()
 	switch {
-	case !classified && (o.dryRun || o.keepApplied || o.keyFlag != "default" || o.allowOld || o.typeField != "" || o.typeAttr != "type" ||
-		cf.payloadBuckets != "" || cf.payloadMax != 0 || cf.retention != "28d"):
-		return fmt.Errorf("%w: --dry-run, --keep-applied, --key, --allow-old, --type-*, --payload-* and --inbox-retention need --handler or --route", errUsage)
+	case !classified && o.needsClassifier() && !o.byPublished():
+		return o.unclassifiedError()
+	case o.unclassified && classified:
+		return fmt.Errorf("%w: --unclassified moves every message unclassified: give it without --handler and --route", errUsage)
 	case o.handler != "" && len(o.routes) > 0:
 		return fmt.Errorf("%w: give --handler (a queue with one handler) or --route TYPE=HANDLER (a router's queue, one per type), not both", errUsage)
 	case classified && o.mode == "move-task":
@@ -158,9 +170,35 @@ func (o *redriveOptions) check(words []string) error {
 	return nil
 }
 
-// classifier opens the inbox and returns the classifier of --handler or --route; closeDB closes
-// the inbox.
+// needsClassifier reports whether a flag that only a classified redrive reads was given.
+func (o *redriveOptions) needsClassifier() bool {
+	return o.dryRun || o.keepApplied || o.allowOld || o.set["key"] || o.set["type-field"] || o.set["type-attribute"] ||
+		o.set["payload-buckets"] || o.set["payload-max-bytes"] || o.set["inbox-retention"]
+}
+
+func (o *redriveOptions) unclassifiedError() error {
+	return fmt.Errorf("%w: --dry-run, --keep-applied, --key, --allow-old, --type-*, --payload-* and --inbox-retention need --handler or --route, "+
+		"or the routes the --to queue's worker published (read from the database, --database-url or DATABASE_URL; not with --unclassified or --mode move-task)", errUsage)
+}
+
+// byPublished reports whether the messages are to be classified by the routes the --to queue's
+// worker published, if it published any: no --handler or --route, a destination, copy mode
+// possible, and a database named.
+func (o *redriveOptions) byPublished() bool {
+	return !o.classified() && !o.unclassified && o.to != "" && o.mode != "move-task" && (o.db.url != "" || os.Getenv("DATABASE_URL") != "")
+}
+
+// classifier opens the inbox and returns the classifier of --handler or --route, or of the
+// routes the --to queue's worker published; nil (and a line on stderr saying why) when the
+// messages are not classified. closeDB closes the inbox.
 func (o *redriveOptions) classifier(ctx context.Context, e env, timeout time.Duration) (cl *classifier, closeDB func(), err error) {
+	if !o.classified() && !o.byPublished() {
+		if !o.unclassified && o.to != "" && o.mode != "move-task" {
+			fmt.Fprintf(e.stderr, "no database (--database-url or DATABASE_URL): the messages are moved unclassified, "+
+				"not by the routes the queue's worker published\n")
+		}
+		return nil, func() {}, nil
+	}
 	cc := classifierConfig{handler: o.handler, types: inboxhandler.RouterConfig{TypeAttribute: o.typeAttr, TypeField: o.typeField},
 		allowOld: o.allowOld, dryRun: o.dryRun, keepApplied: o.keepApplied}
 	if o.handler != "" {
@@ -187,11 +225,54 @@ func (o *redriveOptions) classifier(ctx context.Context, e env, timeout time.Dur
 	if err != nil {
 		return nil, nil, err
 	}
+	if o.to != "" {
+		p, err := o.published(ctx, e, ib)
+		if err == nil && p == nil && !o.classified() {
+			closeDB()
+			if o.needsClassifier() {
+				return nil, nil, o.unclassifiedError()
+			}
+			return nil, func() {}, nil
+		}
+		if err == nil {
+			err = cc.usePublished(p, o.set["type-attribute"] || o.set["type-field"])
+		}
+		if err != nil {
+			closeDB()
+			return nil, nil, err
+		}
+	}
 	if cl, err = o.db.newClassifier(ctx, ib, cc); err != nil {
 		closeDB()
 		return nil, nil, err
 	}
 	return cl, closeDB, nil
+}
+
+// published returns the routes the --to queue's worker published, or nil when it published none
+// or the schema predates them: without --handler or --route, the messages are then moved
+// unclassified, and a line on stderr says why; with them, the type is read as the flags say.
+func (o *redriveOptions) published(ctx context.Context, e env, ib *inbox.Inbox) (*inbox.PublishedRoutes, error) {
+	queue := lastPart(o.to)
+	then := "every message is moved unclassified (--handler or --route classifies it)"
+	p, err := ib.PublishedRoutes(ctx, queue)
+	switch {
+	case o.classified() && (p == nil || errors.Is(err, inbox.ErrNotMigrated)):
+		return nil, nil // --handler or --route, on a queue of no router's: nothing to say
+	case o.classified() && err != nil:
+		fmt.Fprintf(e.stderr, "the routes published for queue %s could not be read (%s): the type is read as --type-attribute and --type-field say\n",
+			queue, oneLine(err))
+		return nil, nil
+	case errors.Is(err, inbox.ErrNotMigrated):
+		fmt.Fprintf(e.stderr, "schema %s has no routes table (run `sqsinbox migrate up`): %s\n", o.db.schema, then)
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case p == nil:
+		fmt.Fprintf(e.stderr, "no routes published for queue %s in schema %s (a worker whose handler is an inboxhandler.Router publishes "+
+			"them when it starts): %s\n", queue, o.db.schema, then)
+	}
+	return p, nil
 }
 
 // tryMoveTask runs the move task of --mode auto or move-task. done is false when the server has
@@ -468,15 +549,20 @@ func (cp *copier) classified(bctx context.Context, m types.Message) (done bool, 
 	return false, nil
 }
 
-// move sends a copy of m to the queue, then deletes m from the DLQ.
+// move sends a copy of m to the queue, then deletes m from the DLQ. The copy keeps m's
+// MessageGroupId on every queue, not only on a FIFO one: on a standard queue it is the tenant of
+// SQS's fair queues, which the worker's MaxPerGroup counts, and a copy without it would run as
+// nobody's message.
 func (cp *copier) move(bctx context.Context, m types.Message) error {
 	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(cp.toURL),
 		MessageBody:       m.Body,
 		MessageAttributes: m.MessageAttributes,
 	}
+	if g := m.Attributes["MessageGroupId"]; g != "" || cp.fifo {
+		in.MessageGroupId = aws.String(g)
+	}
 	if cp.fifo {
-		in.MessageGroupId = aws.String(m.Attributes["MessageGroupId"])
 		in.MessageDeduplicationId = aws.String(redriveDedupID(m))
 	}
 	if _, err := cp.c.SendMessage(bctx, in); err != nil {

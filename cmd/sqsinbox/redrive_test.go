@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sqsinbox/sqsinbox/harness/sqstest"
+	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/s3payload"
 )
 
@@ -108,7 +109,7 @@ func TestConsoleRedriveWithRoutes(t *testing.T) {
 	form.Set("mode", "run")
 	r = tc.post("/redrive", form, session)
 	if r.status != http.StatusOK || !strings.Contains(r.body, "<b>1</b>never applied: moved to "+q.Name) ||
-		!strings.Contains(r.body, "<b>1</b>already applied: deleted") || !strings.Contains(r.body, `type &#34;OrderRefunded&#34; has no --route`) {
+		!strings.Contains(r.body, "<b>1</b>already applied: deleted") || !strings.Contains(r.body, `type &#34;OrderRefunded&#34; has no route among those given`) {
 		t.Fatalf("redrive with routes: status %d\n%s", r.status, r.body)
 	}
 	if got := attributesIn(t, q.URL, 1, "type"); !slices.Equal(got, []string{"OrderShipped"}) {
@@ -271,4 +272,122 @@ func TestRedriveFIFOLeavesTheRestOfAGroup(t *testing.T) {
 		t.Errorf("moved %q; want h-1", aws.ToString(ms[0].Body))
 	}
 	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 3, 30*time.Second)
+}
+
+// bodyTypedDLQ makes a queue whose DLQ holds what a router's queue with a body-typed Router
+// (RouterConfig.TypeField "type") dead-letters, with no type attribute: OrderPaid order-42
+// (applied by orders-paid), OrderShipped order-42 (another event with the same id, which
+// orders-shipped never applied) and OrderRefunded order-7 (a type with no route); and the routes
+// its worker published at start, as an inboxhandler.Router publishes them.
+func bodyTypedDLQ(t *testing.T, prefix string) (*sqstest.Queue, []string) {
+	t.Helper()
+	pool, dbArgs := migratedSchema(t, strings.ReplaceAll(prefix, "-", "_"))
+	schema := dbArgs[len(dbArgs)-1]
+	processEvent(t, pool, schema, "orders-paid", "order-42")
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: prefix, MaxReceiveCount: 3})
+	ib, err := inbox.New(pool, &inbox.Config{Schema: schema, Instance: "task-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ib.PublishRoutes(t.Context(), inbox.Routes{Queue: q.Name, TypeAttribute: "type", TypeField: "type", Unknown: "fail",
+		Routes: map[string]string{"OrderPaid": "orders-paid", "OrderShipped": "orders-shipped"}}); err != nil {
+		t.Fatal(err)
+	}
+	fillBodyTyped(t, q)
+	return q, dbArgs
+}
+
+// fillBodyTyped sends bodyTypedDLQ's three messages to q's DLQ.
+func fillBodyTyped(t *testing.T, q *sqstest.Queue) {
+	t.Helper()
+	var msgs []sqstest.Message
+	for _, b := range []string{`{"id":"order-42","type":"OrderPaid"}`, `{"id":"order-42","type":"OrderShipped"}`, `{"id":"order-7","type":"OrderRefunded"}`} {
+		msgs = append(msgs, sqstest.Message{Body: b})
+	}
+	if err := sqstest.Send(t.Context(), srv.Client(), q.DLQURL, msgs); err != nil {
+		t.Fatal(err)
+	}
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 3, 30*time.Second)
+}
+
+// TestRedriveByThePublishedRoutes (the pass's SQS server, PostgreSQL): on a queue whose Router
+// reads the type from the body, `redrive --from --to` with no other flag classifies by the routes
+// its worker published: the OrderPaid that orders-paid applied is deleted, the OrderShipped with
+// the same id (which orders-shipped never applied) is moved back, the type with no route is left,
+// and the report names the routes' version. `--handler orders-paid` reads the type as the
+// published routes say, so it deletes neither typed event, the OrderShipped least of all.
+func TestRedriveByThePublishedRoutes(t *testing.T) {
+	t.Parallel()
+	q, dbArgs := bodyTypedDLQ(t, "cli-rdpub")
+	dlq := lastPart(q.DLQURL)
+	redrive := func(extra ...string) result {
+		return cli(t, "", append(append([]string{"redrive", "--from", dlq, "--to", q.Name}, extra...), dbArgs...)...)
+	}
+	r := redrive("--handler", "orders-paid").mustOK(t)
+	for _, want := range []string{"already applied: 0", "never applied: 3 (were moved to " + q.Name + ")",
+		`1: applied by orders-paid, but it carries a type ("OrderPaid")`, `1: applied by orders-paid, but it carries a type ("OrderShipped")`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--handler orders-paid lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if got := bodiesIn(t, q.URL, 3); !slices.Equal(got, []string{`{"id":"order-42","type":"OrderPaid"}`, `{"id":"order-42","type":"OrderShipped"}`,
+		`{"id":"order-7","type":"OrderRefunded"}`}) {
+		t.Errorf("moved back %v; want all three (none deleted on --handler's word)", got)
+	}
+
+	fillBodyTyped(t, q)
+	r = redrive().mustOK(t)
+	for _, want := range []string{"against the routes OrderPaid=orders-paid, OrderShipped=orders-shipped (published by the worker, version ",
+		"routes published by queue " + q.Name + "'s worker: version ", "(instance task-7;", `type read from attribute "type", else body field "type"`,
+		"already applied: 1 (were deleted from the DLQ) [order-42]", "never applied: 1 (were moved to " + q.Name + ") [order-42]",
+		"left in the DLQ: 1", `1: type "OrderRefunded" has no route among those the worker published`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("redrive with no flags lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if got := bodiesIn(t, q.URL, 1); !slices.Equal(got, []string{`{"id":"order-42","type":"OrderShipped"}`}) {
+		t.Errorf("moved back %v; want the OrderShipped only", got)
+	}
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 1, 30*time.Second) // the OrderRefunded
+
+	r = redrive("--unclassified").mustOK(t)
+	if !strings.Contains(r.stdout, "moved 1 message") {
+		t.Errorf("--unclassified:\n%s", r.stdout)
+	}
+	redrive("--unclassified", "--handler", "h").mustFail(t, 2, "--unclassified moves every message unclassified")
+}
+
+// TestConsoleRedriveByThePublishedRoutes (the pass's SQS server, PostgreSQL): the console's DLQ
+// page shows the routes the queue's worker published, and a redrive with neither a handler nor
+// routes chosen classifies by them: the applied OrderPaid deleted, the OrderShipped with the
+// same id moved, the unrouted type left, saying the published routes have no route for it.
+func TestConsoleRedriveByThePublishedRoutes(t *testing.T) {
+	t.Parallel()
+	q, dbArgs := bodyTypedDLQ(t, "cli-conpub")
+	tc := startConsole(t, append([]string{"--queue", q.Name, "--token", testToken}, dbArgs...)...)
+	session := tc.login()
+	r := tc.do(http.MethodGet, "/dlq?queue="+q.Name, nil, map[string]string{"Cookie": session.String()})
+	if !strings.Contains(r.body, `id="published-routes"`) || !strings.Contains(r.body, "OrderPaid=orders-paid, OrderShipped=orders-shipped") {
+		t.Fatalf("the DLQ page does not show the published routes:\n%s", r.body)
+	}
+	form := url.Values{"csrf": {tc.csrf()}, "queue": {q.Name}, "mode": {"run"}}
+	r = tc.post("/redrive", form, session)
+	if r.status != http.StatusOK || !strings.Contains(r.body, "<b>1</b>never applied: moved to "+q.Name) ||
+		!strings.Contains(r.body, "<b>1</b>already applied: deleted") || !strings.Contains(r.body, `type &#34;OrderRefunded&#34; has no route among those the worker published`) {
+		t.Fatalf("redrive by the published routes: status %d\n%s", r.status, r.body)
+	}
+	if got := bodiesIn(t, q.URL, 1); !slices.Equal(got, []string{`{"id":"order-42","type":"OrderShipped"}`}) {
+		t.Errorf("moved back %v; want the OrderShipped only", got)
+	}
+}
+
+// bodiesIn receives n messages from the queue and returns their bodies, sorted.
+func bodiesIn(t *testing.T, queueURL string, n int) []string {
+	t.Helper()
+	var got []string
+	for _, m := range receiveAndDelete(t, queueURL, n) {
+		got = append(got, aws.ToString(m.Body))
+	}
+	slices.Sort(got)
+	return got
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/outbox"
 	"github.com/sqsinbox/sqsinbox/s3payload"
 )
 
@@ -94,7 +95,10 @@ func sendFlags(e env) (*flags, *sendOptions) {
 			"Number with NAME:Number=VALUE. An inboxhandler.Router reads the type from the attribute\n"+
 			"type: --attr type=OrderPaid. Names follow SQS's rules (letters, digits, _ - and ., no AWS.\n"+
 			"or Amazon. prefix); event_id is send's own. --raw sends lines that are not JSON as they\n"+
-			"are (without event_id): the handler fails them, and they go the retry-then-DLQ way.\n\n"+
+			"are (without event_id): the handler fails them, and they go the retry-then-DLQ way.\n"+
+			"Every line, --raw or JSON, is checked before the first is sent: a line with a character\n"+
+			"SQS refuses in a body (a control character other than tab, LF and CR, U+FFFE, U+FFFF, or\n"+
+			"bytes that are not UTF-8), over the size limit, or not JSON without --raw sends nothing.\n\n"+
 			"A FIFO queue or topic (its name ends in .fifo) needs --group-id; on a standard queue it\n"+
 			"is optional (the tenant of SQS fair queues). --dedup-id is for FIFO\n"+
 			"ones without content-based deduplication. Each takes a literal id, `key` (the line's event\n"+
@@ -328,6 +332,9 @@ func (s *sendLines) message(ctx context.Context, line int, b []byte) (types.Send
 		if size, err = s.off.put(ctx, &entry, key, b); err != nil {
 			return none, "", 0, fmt.Errorf("%s line %d: %w", s.name, line, err)
 		}
+	}
+	if err := outbox.ValidateText(aws.ToString(entry.MessageBody)); err != nil {
+		return none, "", 0, fmt.Errorf("%s line %d: the line %w", s.name, line, err)
 	}
 	if size > s.limit {
 		with := "its event_id attribute"

@@ -241,3 +241,41 @@ func TestSendLimitFollowsTheQueue(t *testing.T) {
 	cli(t, `{"id":"evt_3","pad":"`+strings.Repeat("x", 1500)+`"}`, "send", "--queue", q.URL).mustOK(t)
 	receiveAll(t, q.URL, 1)
 }
+
+// TestSendChecksEveryLineFirst (the pass's SQS server behind a recording proxy): a line holding
+// a character SQS refuses in a body is found before anything is sent, as a line too long is:
+// with ten good lines before it, a bad line 11 (a control character or bytes that are not UTF-8
+// in a --raw line; a U+FFFE inside a JSON string, which is valid JSON) stops the send with an
+// error naming the line and the byte, and no SendMessageBatch request leaves. An --attr value
+// with such a character is refused as a usage error.
+func TestSendChecksEveryLineFirst(t *testing.T) {
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-rawcheck"})
+	proxy := recordingProxy(t, srv.Endpoint)
+	t.Setenv("AWS_ENDPOINT_URL_SQS", proxy.URL)
+	var good []string
+	for i := range 10 {
+		good = append(good, fmt.Sprintf("poison %d", i))
+	}
+	for _, tc := range []struct {
+		name, line string
+		args       []string
+		want       string
+	}{
+		{"a control character", "poison \x01 10", []string{"--raw"}, "stdin line 11: the line holds the character U+0001 at byte 7, which SQS refuses"},
+		{"not UTF-8", "poison \xff 10", []string{"--raw"}, "stdin line 11: the line is not valid UTF-8"},
+		{"U+FFFE in JSON", `{"id":"evt_11","note":"` + "\uFFFE" + `"}`, []string{"--raw"}, "stdin line 11: the line holds the character U+FFFE at byte 23"},
+	} {
+		in := strings.Join(append(slices.Clone(good), tc.line), "\n")
+		r := cli(t, in, append([]string{"send", "--queue", q.Name}, tc.args...)...)
+		if r.code == 0 || !strings.Contains(lastLine(r.stderr), tc.want) {
+			t.Errorf("%s: exit %d, %q; want a failure with %q", tc.name, r.code, lastLine(r.stderr), tc.want)
+		}
+	}
+	cli(t, "x", "send", "--queue", q.Name, "--raw", "--attr", "type=Order\x00Paid").mustFail(t, 2, `--attr "type=Order\x00Paid": the value holds the character U+0000 at byte 5`)
+	if n := len(proxy.bodies("AmazonSQS.SendMessageBatch")); n != 0 {
+		t.Errorf("%d SendMessageBatch requests left before the bad line was found; want none", n)
+	}
+	if n := queueDepth(t, q.URL); n != "0" {
+		t.Errorf("the queue holds %s messages; want 0", n)
+	}
+}

@@ -50,6 +50,9 @@ func parseAttrs(specs []string, reserved string) (map[string]types.MessageAttrib
 		case value == "":
 			return nil, 0, fmt.Errorf("%w: --attr %q: the value is empty, and SQS refuses an empty attribute value", errUsage, spec)
 		}
+		if err := outbox.ValidateText(value); err != nil {
+			return nil, 0, fmt.Errorf("%w: --attr %q: the value %w", errUsage, spec, err)
+		}
 		v := types.MessageAttributeValue{DataType: aws.String(typ), StringValue: aws.String(value)}
 		switch typ {
 		case "String":

@@ -68,7 +68,8 @@ type RouterConfig struct {
 // events). A batch runs in one transaction whatever types it mixes, and on a FIFO queue a group
 // keeps its order across types: a message that fails (an unknown type included) holds back the
 // rest of its group. Every routed handler must use the same inbox. Add routes before the worker
-// starts; a Router is safe for concurrent use once it runs.
+// starts; a Router is safe for concurrent use once it runs. At start it publishes its routes in
+// the inbox ([Router.CheckQueue]), which `sqsinbox redrive` and the console classify by.
 type Router struct {
 	ib     *inbox.Inbox
 	cfg    RouterConfig
@@ -122,8 +123,9 @@ func (r *Router) Types() []string {
 }
 
 // LogValue describes the router for the worker's start-up log line: where a message's type is
-// read, each routed type with its handler's name, what happens to an unrouted type, and the
-// inbox's schema, retention and idle-in-transaction timeout.
+// read, each routed type with its handler's name, what happens to an unrouted type, the version
+// of the routes it publishes (see [Router.CheckQueue]), and the inbox's schema, retention and
+// idle-in-transaction timeout.
 func (r *Router) LogValue() slog.Value {
 	r.mu.RLock()
 	routes := make([]string, 0, len(r.routes))
@@ -138,12 +140,9 @@ func (r *Router) LogValue() slog.Value {
 	case r.cfg.TypeField != "":
 		source += ", else field " + r.cfg.TypeField
 	}
-	unknown := "fail"
-	if r.cfg.Unknown == UnknownDiscard {
-		unknown = "discard"
-	}
+	published := r.published("")
 	return slog.GroupValue(slog.String("routes", strings.Join(routes, ",")), slog.String("type_source", source),
-		slog.String("unknown", unknown), slog.String("inbox_schema", r.ib.Schema()),
+		slog.String("unknown", published.Unknown), slog.String("routes_version", published.Version()), slog.String("inbox_schema", r.ib.Schema()),
 		slog.Duration("inbox_retention", r.ib.Retention()),
 		slog.Duration("idle_in_transaction_timeout", r.ib.IdleInTransactionTimeout()))
 }
@@ -184,8 +183,11 @@ func (c *RouterConfig) MessageType(m *worker.Message) (string, error) {
 // pick returns the handler for m, or the message's result when it has none.
 func (r *Router) pick(m *worker.Message) (*Handler, error) {
 	typ, err := r.typeOf(m)
-	if err != nil {
-		return nil, fmt.Errorf("inboxhandler: router: %w", err)
+	switch {
+	case err != nil && r.cfg.TypeOf != nil:
+		return nil, fmt.Errorf("inboxhandler: router: message %s: RouterConfig.TypeOf: %w", m.ID, err)
+	case err != nil:
+		return nil, err // MessageType's error names the package, the message and what it lacks
 	}
 	r.mu.RLock()
 	h, ok := r.routes[typ]
@@ -223,13 +225,39 @@ func (r *Router) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 }
 
 // CheckQueue implements [worker.QueueChecker] with the inbox's start-up checks
-// ([Handler.CheckQueue]); it refuses to start a router with no routes.
+// ([Handler.CheckQueue]); it refuses to start a router with no routes. Then it publishes the
+// routes in the inbox ([inbox.Inbox.PublishRoutes]: where the type is read, each type's handler,
+// what an unrouted type gets), so that `sqsinbox redrive` and the console classify the queue's
+// dead-lettered messages as this router routes them, without the routes typed again. A failure
+// to publish fails the start, as the checks do: the tools would classify by stale routes.
 func (r *Router) CheckQueue(ctx context.Context, q *worker.Queue) error {
 	if len(r.Types()) == 0 {
 		return fmt.Errorf("inboxhandler: router for queue %s has no routes", q.Name)
 	}
 	// Every route shares the router's inbox, so one check covers them all.
-	return (&Handler{ib: r.ib}).CheckQueue(ctx, q)
+	if err := (&Handler{ib: r.ib}).CheckQueue(ctx, q); err != nil {
+		return err
+	}
+	if _, err := r.ib.PublishRoutes(ctx, r.published(q.Name)); err != nil {
+		return fmt.Errorf("inboxhandler: router for queue %s: %w", q.Name, err)
+	}
+	return nil
+}
+
+// published is what the router publishes of itself for queue.
+func (r *Router) published(queue string) inbox.Routes {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	routes := make(map[string]string, len(r.routes))
+	for typ, h := range r.routes {
+		routes[typ] = h.name
+	}
+	unknown := "fail"
+	if r.cfg.Unknown == UnknownDiscard {
+		unknown = "discard"
+	}
+	return inbox.Routes{Queue: queue, TypeAttribute: r.cfg.TypeAttribute, TypeField: r.cfg.TypeField, TypeFunc: r.cfg.TypeOf != nil,
+		Unknown: unknown, Routes: routes}
 }
 
 // MaxConcurrency implements [worker.ConcurrencyLimiter] as [Handler.MaxConcurrency] does.

@@ -2,11 +2,13 @@ package inboxhandler_test
 
 import (
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sqsinbox/sqsinbox/harness/sqstest"
+	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/worker"
 	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 	"github.com/sqsinbox/sqsinbox/worker/workertest"
@@ -54,5 +56,60 @@ func TestRouterStartLineNamesRoutes(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("the start line lacks %s:\n%s", want, line)
 		}
+	}
+}
+
+// TestRouterPublishesItsRoutes (the pass's SQS server, and PostgreSQL): a worker whose handler is
+// a router publishes, when it starts, its queue's routes in the inbox: where the type is read,
+// each type's handler, what an unrouted type gets, under the version its start line shows. A
+// later start with another route publishes another version and keeps the first as Previous.
+func TestRouterPublishesItsRoutes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &inbox.Config{Instance: "task-a"})
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "router-pub", MaxReceiveCount: 5})
+	start := func(routes map[string]string) string {
+		t.Helper()
+		r, err := inboxhandler.NewRouter(b.ib, &inboxhandler.RouterConfig{TypeField: "type", Unknown: inboxhandler.UnknownDiscard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for typ, name := range routes {
+			h, err := inboxhandler.New(b.ib, name, nil, b.effect)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Route(typ, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		logs := &lockedBuffer{}
+		w := workertest.Start(t, srv.Client(), &worker.Config{QueueURL: q.URL, WaitTime: time.Second,
+			Logger: slog.New(slog.NewJSONHandler(logs, nil)), Handler: r})
+		workertest.Stop(t, w)
+		return logs.String()
+	}
+	first := map[string]string{"OrderPaid": "orders-paid", "OrderShipped": "orders-shipped"}
+	log := start(first)
+	p, err := b.ib.PublishedRoutes(t.Context(), q.Name)
+	if err != nil || p == nil {
+		t.Fatalf("PublishedRoutes after the start: %v, %v", p, err)
+	}
+	if !maps.Equal(p.Routes.Routes, first) || p.TypeAttribute != "type" || p.TypeField != "type" || p.TypeFunc || p.Unknown != "discard" ||
+		p.Instance != "task-a" || p.Previous != nil {
+		t.Fatalf("published %+v; want the router's routes, type attribute and field, discard, by task-a", p)
+	}
+	if !strings.Contains(log, `"routes_version":"`+p.Version+`"`) {
+		t.Errorf("the start line lacks routes_version %s:\n%s", p.Version, log)
+	}
+
+	second := map[string]string{"OrderPaid": "orders-paid", "OrderShipped": "orders-shipped", "OrderCancelled": "orders-cancel"}
+	start(second)
+	p2, err := b.ib.PublishedRoutes(t.Context(), q.Name)
+	if err != nil || p2 == nil {
+		t.Fatalf("PublishedRoutes after the second start: %v, %v", p2, err)
+	}
+	if p2.Version == p.Version || !maps.Equal(p2.Routes.Routes, second) || p2.Previous == nil || p2.Previous.Version != p.Version ||
+		!maps.Equal(p2.Previous.Routes.Routes, first) {
+		t.Errorf("after a start with another route: %+v (previous %+v); want a new version, the first kept as previous", p2, p2.Previous)
 	}
 }

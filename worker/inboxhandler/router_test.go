@@ -283,3 +283,35 @@ func TestRouterConfigMessageType(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterTypeErrorsNameThePackageOnce (PostgreSQL, for the inbox; nothing is claimed): a
+// message whose type cannot be read fails with one error that says "inboxhandler:" once, names
+// the message, and wraps ErrBadBody; a TypeOf function's error is named as TypeOf's.
+func TestRouterTypeErrorsNameThePackageOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	boom := errors.New("no kind in the envelope")
+	for _, tc := range []struct {
+		name string
+		cfg  inboxhandler.RouterConfig
+		want string
+		is   error
+	}{
+		{"a body that is not JSON", inboxhandler.RouterConfig{TypeField: "type"},
+			`inboxhandler: the message body does not decode: message m-1: no "type" attribute, and the body is not a JSON object`, inboxhandler.ErrBadBody},
+		{"TypeOf", inboxhandler.RouterConfig{TypeOf: func(*worker.Message) (string, error) { return "", boom }},
+			"inboxhandler: router: message m-1: RouterConfig.TypeOf: no kind in the envelope", boom},
+	} {
+		r, err := inboxhandler.NewRouter(b.ib, &tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Route("OrderPaid", b.handler(t, nil)); err != nil {
+			t.Fatal(err)
+		}
+		err = r.Handle(t.Context(), &worker.Message{ID: "m-1", Body: []byte("not json")})
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Count(err.Error(), "inboxhandler") != 1 || !errors.Is(err, tc.is) {
+			t.Errorf("%s: %v; want one error starting %q, saying inboxhandler once", tc.name, err, tc.want)
+		}
+	}
+}
