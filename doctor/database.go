@@ -135,6 +135,9 @@ type tableNeeds struct {
 	name  string
 	privs []string // SELECT, INSERT, UPDATE, DELETE
 	owner bool     // the purge creates and drops its partitions
+	// without, when set, is what the worker loses without the privileges while it still
+	// processes messages: their lack is then a warning, not an error.
+	without string
 }
 
 // checkGrants checks the role's privileges on every table of the schema the worker writes or
@@ -144,6 +147,12 @@ func (r *run) checkGrants(ctx context.Context, pool *pgxpool.Pool, schema, layou
 		{name: "schema_migrations", privs: []string{"SELECT"}},
 		{name: "inbox_sources", privs: []string{"SELECT", "INSERT", "UPDATE"}},
 		{name: "inbox_layout", privs: []string{"SELECT"}},
+		{name: "inbox_failures", privs: []string{"SELECT", "INSERT", "DELETE"},
+			without: "the handlers' failures are not recorded (events show, dlq peek and the console show none), and the purge cannot forget them"},
+	}
+	if len(r.cfg.Routes) > 0 {
+		// A Router publishes its routes at start, and a refused write stops the start.
+		needs = append(needs, tableNeeds{name: "inbox_routes", privs: []string{"SELECT", "INSERT", "UPDATE"}})
 	}
 	gens := layout == inbox.LayoutGenerations || layout == inbox.LayoutKeyTime
 	if gens {
@@ -215,10 +224,13 @@ func (r *run) checkGrants(ctx context.Context, pool *pgxpool.Pool, schema, layou
 			}
 		}
 		if len(missing) > 0 {
-			r.add(Finding{Severity: Error, Check: "database.grants", Setting: "privileges on " + schema + "." + n.name,
+			sev, without := Error, "the worker pauses on every message (a broken deployment is not the message's fault) and processes nothing"
+			if n.without != "" {
+				sev, without = Warning, n.without
+			}
+			r.add(Finding{Severity: sev, Check: "database.grants", Setting: "privileges on " + schema + "." + n.name,
 				Seen: "no " + strings.Join(missing, ", "), Want: strings.Join(n.privs, ", "),
-				Fix: "GRANT " + strings.Join(missing, ", ") + " ON " + schema + "." + n.name + " TO the worker's role; without it the worker pauses " +
-					"on every message (a broken deployment is not the message's fault) and processes nothing"})
+				Fix: "GRANT " + strings.Join(missing, ", ") + " ON " + schema + "." + n.name + " TO the worker's role; without it " + without})
 		}
 		if n.owner && !g.owner {
 			r.add(Finding{Severity: Error, Check: "database.grants", Setting: "owner of " + schema + "." + n.name,
