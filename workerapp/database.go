@@ -87,7 +87,7 @@ func Connect(ctx context.Context, getenv func(string) string, maxConns int32) (*
 // stays, which is the fastest. A mode set in the URL is kept; the inbox's start-up check
 // refuses one that fails behind the pooler, naming the fix.
 func poolerSafe(ctx context.Context, pool *pgxpool.Pool, pcfg *pgxpool.Config, conn string) (*pgxpool.Pool, error) {
-	if strings.Contains(conn, "default_query_exec_mode") || pooler.ModeSafe(pcfg.ConnConfig.DefaultQueryExecMode) {
+	if pooler.ModeChosen(pcfg.ConnConfig, conn) {
 		return pool, nil
 	}
 	behind, err := pooler.Detect(ctx, pcfg.ConnConfig)
@@ -95,11 +95,10 @@ func poolerSafe(ctx context.Context, pool *pgxpool.Pool, pcfg *pgxpool.Config, c
 		pool.Close()
 		return nil, connectError(pcfg, err)
 	}
-	if !behind {
+	if !pooler.FitMode(pcfg.ConnConfig, conn, behind) {
 		return pool, nil
 	}
 	pool.Close()
-	pcfg.ConnConfig.DefaultQueryExecMode = pooler.SafeMode
 	safe, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("database %s: %w", where(pcfg), err)

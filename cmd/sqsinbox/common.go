@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,9 +17,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/worker"
 )
 
@@ -34,36 +37,73 @@ func (d *dbFlags) register(fs *flags) {
 }
 
 // connect opens a pool and checks that the server answers, so an unreachable database is one
-// clear line at once. timeout (0: none) bounds connecting and, as the sessions'
-// statement_timeout, each statement.
+// clear line at once. timeout (0: none) bounds connecting and each statement.
+//
+// It first finds out whether the URL leads through a transaction pooler (PgBouncer in
+// transaction mode, RDS Proxy; see pooler.Detect), on connections that send no start-up
+// statement_timeout, which PgBouncer refuses. On a direct connection each session then gets
+// statement_timeout = timeout, as before. Behind a pooler a session setting would apply to
+// whichever server connection the pooler lends, so instead each statement's context gets the
+// deadline (see statementDeadline), and the pool uses the pooler-safe query mode when the URL
+// names none, as workerapp's programs do.
 func (d *dbFlags) connect(ctx context.Context, timeout time.Duration) (*pgxpool.Pool, error) {
-	cfg, err := d.poolConfig(timeout)
+	cfg, err := d.poolConfig()
 	if err != nil {
 		return nil, err
+	}
+	if timeout > 0 {
+		if cc := &cfg.ConnConfig.Config; cc.ConnectTimeout == 0 || cc.ConnectTimeout > timeout {
+			cc.ConnectTimeout = timeout
+		}
+	}
+	addr := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+	pctx, cancel := withTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(pctx, cfg.ConnConfig)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, connectError(err, addr, timeout)
+	}
+	_ = conn.Close(pctx)
+	behind, err := pooler.Detect(pctx, cfg.ConnConfig)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, connectError(err, addr, timeout)
+	}
+	pooler.FitMode(cfg.ConnConfig, d.connString(), behind)
+	if timeout > 0 {
+		if behind {
+			statementDeadline(cfg.ConnConfig, timeout)
+		} else if _, set := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !set {
+			cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(timeout.Milliseconds(), 10)
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	pctx, cancel := withTimeout(ctx, timeout)
-	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, connectError(err, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), timeout)
+		return nil, connectError(err, addr, timeout)
 	}
 	return pool, nil
 }
 
-// poolConfig parses --database-url (or DATABASE_URL) into a pool of 4 connections whose
-// connecting and statements timeout bounds (0: none).
-func (d *dbFlags) poolConfig(timeout time.Duration) (*pgxpool.Config, error) {
-	u := d.url
-	if u == "" {
-		u = os.Getenv("DATABASE_URL")
-	}
+// connString is --database-url, else DATABASE_URL.
+func (d *dbFlags) connString() string {
+	return cmp.Or(d.url, os.Getenv("DATABASE_URL"))
+}
+
+// poolConfig parses --database-url (or DATABASE_URL) into a pool of 4 connections.
+func (d *dbFlags) poolConfig() (*pgxpool.Config, error) {
+	u := d.connString()
 	if u == "" {
 		return nil, fmt.Errorf("%w: no database: set --database-url or DATABASE_URL", errUsage)
 	}
@@ -73,15 +113,62 @@ func (d *dbFlags) poolConfig(timeout time.Duration) (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("%w: the database URL does not parse (check --database-url or DATABASE_URL)", errUsage)
 	}
 	cfg.MaxConns = 4
-	if timeout > 0 {
-		if cc := &cfg.ConnConfig.Config; cc.ConnectTimeout == 0 || cc.ConnectTimeout > timeout {
-			cc.ConnectTimeout = timeout
-		}
-		if _, set := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !set {
-			cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(timeout.Milliseconds(), 10)
-		}
-	}
 	return cfg, nil
+}
+
+// statementDeadline bounds each statement (and batch, and COPY) that connections made with cfg
+// run to d, by a deadline on the statement's context: behind a transaction pooler a session's
+// statement_timeout cannot be set (PgBouncer refuses it as a start-up parameter, and a SET would
+// stay on a server connection that other clients use next). When the deadline passes, pgx
+// closes the connection, and the pooler closes the server connection that was running the
+// statement; PostgreSQL ends the statement when it notices, or at a statement_timeout set on the
+// role or the database (ALTER ROLE ... SET statement_timeout), which applies through a pooler.
+// No cancel request is sent: one through PgBouncer 1.18 can crash the pooler.
+func statementDeadline(cfg *pgx.ConnConfig, d time.Duration) {
+	cfg.Tracer = deadlineTracer{d: d}
+}
+
+// deadlineTracer gives each statement's context a deadline d from its start and releases it when
+// the statement ends.
+type deadlineTracer struct{ d time.Duration }
+
+type deadlineKey struct{}
+
+func (t deadlineTracer) start(ctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, t.d)
+	return context.WithValue(ctx, deadlineKey{}, cancel)
+}
+
+func (deadlineTracer) end(ctx context.Context) {
+	if cancel, ok := ctx.Value(deadlineKey{}).(context.CancelFunc); ok {
+		cancel()
+	}
+}
+
+func (t deadlineTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return t.start(ctx)
+}
+
+func (t deadlineTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	t.end(ctx)
+}
+
+func (t deadlineTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return t.start(ctx)
+}
+
+func (deadlineTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (t deadlineTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	t.end(ctx)
+}
+
+func (t deadlineTracer) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
+	return t.start(ctx)
+}
+
+func (t deadlineTracer) TraceCopyFromEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromEndData) {
+	t.end(ctx)
 }
 
 // withTimeout is context.WithTimeout, or no deadline when d is 0.

@@ -105,7 +105,7 @@ func runDoctor(ctx context.Context, e env, args []string) error {
 		// No statement_timeout start-up parameter (the run as a whole is bounded instead): a
 		// PgBouncer that does not track it refuses the connection, and a pooler is what doctor
 		// must be able to look through.
-		pcfg, err := db.poolConfig(0)
+		pcfg, err := db.poolConfig()
 		if err != nil {
 			return err
 		}

@@ -29,8 +29,8 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 			"unless --only names one. Going down needs --steps N or --all; --steps counts the\n"+
 			"migrations of one set, so it also needs --only. If a table it would drop holds rows, down\n"+
 			"asks on a terminal, and elsewhere refuses unless --yes is given.\n\n"+
-			"--timeout is also each statement's statement_timeout: for a migration of a large table,\n"+
-			"raise it (or pass --timeout 0).")
+			"--timeout also bounds each statement (as statement_timeout, or from the client behind a\n"+
+			"transaction pooler): for a migration of a large table, raise it (or pass --timeout 0).")
 	db.register(fs)
 	steps := fs.Int("steps", 0, "for down: how many migrations of the --only set to revert, newest first (at least 1)")
 	all := fs.Bool("all", false, "for down: revert every migration of both sets, or of the --only set (drops their tables)")

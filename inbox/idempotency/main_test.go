@@ -155,8 +155,13 @@ type bundle struct {
 // its Schema and Principal are filled in.
 func setup(t *testing.T, cfg *idempotency.Config) *bundle {
 	t.Helper()
-	p := sharedPool(t)
-	schema := migrated(t, p)
+	return setupOn(t, sharedPool(t), cfg)
+}
+
+// setupOn is setup with the middleware on pool p, the schema migrated on the shared pool.
+func setupOn(t *testing.T, p *pgxpool.Pool, cfg *idempotency.Config) *bundle {
+	t.Helper()
+	schema := migrated(t, sharedPool(t))
 	var c idempotency.Config
 	if cfg != nil {
 		c = *cfg

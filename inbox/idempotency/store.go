@@ -48,7 +48,9 @@ WHERE key_hash = $1 AND expires_at <= now()`,
 		// The row's expiry is set with the response, by the database's clock, from this
 		// middleware's TTL: each key keeps the promise made when it was stored, and the purge
 		// deletes by it.
-		complete: `UPDATE ` + t + ` SET status = $2, headers = $3, body = $4, expires_at = now() + make_interval(secs => $5)
+		// The headers go as text cast to jsonb: a []byte would be sent as bytea in pgx's exec and
+		// simple_protocol modes, which PostgreSQL refuses for jsonb (22P02).
+		complete: `UPDATE ` + t + ` SET status = $2, headers = $3::text::jsonb, body = $4, expires_at = now() + make_interval(secs => $5)
 WHERE key_hash = $1 AND status IS NULL`,
 	}
 }
@@ -215,7 +217,7 @@ func (m *Middleware) complete(ctx context.Context, tx pgx.Tx, kh []byte, status 
 	if body == nil {
 		body = []byte{}
 	}
-	tag, err := tx.Exec(ctx, m.sql.complete, kh, status, hj, body, m.cfg.TTL.Seconds())
+	tag, err := tx.Exec(ctx, m.sql.complete, kh, status, string(hj), body, m.cfg.TTL.Seconds())
 	if err != nil {
 		return err
 	}

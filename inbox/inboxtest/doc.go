@@ -32,6 +32,10 @@
 //	docker compose -f localstack/docker-compose.yml up -d --wait   # in the sqsinbox repository
 //	export TEST_DATABASE_URL='postgres://sqsinbox:sqsinbox@127.0.0.1:5433/sqsinbox?sslmode=disable'
 //
+// The pool's search_path is a session setting, so the URL must lead to PostgreSQL itself or to a
+// session-mode pooler: a transaction pooler (PgBouncer in transaction mode, RDS Proxy) cannot keep
+// it, and New fails the test saying so when the pooler refuses it or runs statements elsewhere.
+//
 // When neither names a database, or it cannot be reached, New fails the test and says so: it
 // never skips. A test binary killed before its cleanups ran leaves its schemas behind; their
 // names begin with [SchemaPrefix].

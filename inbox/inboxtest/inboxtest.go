@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/inbox"
@@ -32,6 +33,10 @@ var errNoDatabase = errors.New(EnvURL + " is not set: set it to a PostgreSQL dat
 	"=postgres://user:password@127.0.0.1:5432/database. Or, with Docker, " +
 	"`docker compose -f localstack/docker-compose.yml up -d --wait` in the sqsinbox repository starts one: " +
 	EnvURL + "=postgres://sqsinbox:sqsinbox@127.0.0.1:5433/sqsinbox?sslmode=disable")
+
+// needsSession says why the fixture cannot work through a transaction pooler.
+const needsSession = "inboxtest sets search_path on its pool's sessions, which a transaction pooler (PgBouncer in " +
+	"transaction mode, RDS Proxy) cannot keep; point it at PostgreSQL itself or at a session-mode pooler"
 
 // SchemaPrefix begins the name of every schema the fixture creates. A test binary that was
 // killed leaves its schemas behind in a database named by TEST_DATABASE_URL; they can be
@@ -191,6 +196,10 @@ func New(t testing.TB, opts ...Option) *DB {
 	}
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+sqlident.Quote(schema)); err != nil {
 		pool.Close()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "startup parameter") {
+			t.Fatalf("inboxtest: the database of %s refused the pool's search_path (%s): %s", urlSource(o.url), pgErr.Message, needsSession)
+		}
 		t.Fatalf("inboxtest: create schema %s in the database of %s: %v", schema, urlSource(o.url), err)
 	}
 	t.Cleanup(func() {
@@ -201,6 +210,16 @@ func New(t testing.TB, opts ...Option) *DB {
 			t.Errorf("inboxtest: drop schema %s: %v", schema, err)
 		}
 	})
+	// A pooler that drops the search_path (PgBouncer's ignore_startup_parameters) would put the
+	// test's tables in public, shared between tests: refuse it.
+	var current string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&current); err != nil {
+		t.Fatalf("inboxtest: the database of %s: %v", urlSource(o.url), err)
+	}
+	if current != schema {
+		t.Fatalf("inboxtest: the database of %s runs statements in schema %q, not the pool's search_path %q: %s",
+			urlSource(o.url), current, schema, needsSession)
+	}
 	db := &DB{Pool: pool, Schema: schema}
 	if _, err := inbox.Migrate(ctx, pool, schema); err != nil {
 		t.Fatalf("inboxtest: the inbox's migrations: %v", err)

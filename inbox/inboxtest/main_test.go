@@ -16,9 +16,12 @@ import (
 // server TEST_DATABASE_URL names or on a throwaway cluster it starts from the local binaries, and
 // TEST_DATABASE_URL is then set to it, as a user's environment would name theirs. None needs an
 // SQS server.
+var server *pgtest.Server
+
 func TestMain(m *testing.M) {
 	ignore := goleak.IgnoreCurrent()
 	db, err := pgtest.Start(context.Background(), "inboxtest")
+	server = db
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -100,3 +100,29 @@ func Check(ctx context.Context, pool *pgxpool.Pool, what string) error {
 	}
 	return nil
 }
+
+// ModeNamed reports whether connString names a query mode (default_query_exec_mode), which
+// FitMode keeps whatever it is.
+func ModeNamed(connString string) bool {
+	return strings.Contains(connString, "default_query_exec_mode")
+}
+
+// ModeChosen reports whether cfg's query mode is settled without knowing whether a pooler is in
+// the way: connString (the string cfg was parsed from) names a mode, or cfg's mode is safe
+// behind a transaction pooler anyway.
+func ModeChosen(cfg *pgx.ConnConfig, connString string) bool {
+	return ModeNamed(connString) || ModeSafe(cfg.DefaultQueryExecMode)
+}
+
+// FitMode sets cfg's query mode to SafeMode when its connections reach PostgreSQL through a
+// transaction pooler (behind, as Detect reports) and the mode is not chosen (see ModeChosen).
+// It reports whether it changed the mode. On a direct connection pgx's default stays, which is
+// the fastest; a mode named in the connection string is kept, and Check refuses one that fails
+// behind the pooler, naming the fix.
+func FitMode(cfg *pgx.ConnConfig, connString string, behind bool) bool {
+	if !behind || ModeChosen(cfg, connString) {
+		return false
+	}
+	cfg.DefaultQueryExecMode = SafeMode
+	return true
+}

@@ -103,3 +103,28 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestFitMode (no server): behind a transaction pooler a connection string that names no query
+// mode gets SafeMode in place of a mode that fails there; a mode the string names is kept
+// whatever it is, a safe one is kept, and on a direct connection nothing changes.
+func TestFitMode(t *testing.T) {
+	const base = "postgres://u@localhost/db"
+	for _, tc := range []struct {
+		conn    string
+		behind  bool
+		want    pgx.QueryExecMode
+		changed bool
+	}{
+		{base, true, pooler.SafeMode, true},
+		{base + "?default_query_exec_mode=describe_exec", true, pgx.QueryExecModeDescribeExec, false},
+		{base + "?default_query_exec_mode=cache_statement", true, pgx.QueryExecModeCacheStatement, false},
+		{base + "?default_query_exec_mode=exec", true, pgx.QueryExecModeExec, false},
+		{base, false, pgx.QueryExecModeCacheStatement, false},
+	} {
+		cfg := connConfig(t, tc.conn)
+		changed := pooler.FitMode(cfg, tc.conn, tc.behind)
+		if got := cfg.DefaultQueryExecMode; got != tc.want || changed != tc.changed {
+			t.Errorf("FitMode(%q, behind %v) = %v (changed %v), want %v", tc.conn, tc.behind, got, changed, tc.want)
+		}
+	}
+}
