@@ -131,8 +131,8 @@ func (f *warehouseFleet) stop() []string {
 	return bad
 }
 
-// warehouseBinary builds the warehouse example into dir.
-func warehouseBinary(ctx context.Context, dir string) (string, error) {
+// WarehouseBinary builds the warehouse example (examples/warehouse) into dir and returns its path.
+func WarehouseBinary(ctx context.Context, dir string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "list", "-f", "{{.Dir}}", "github.com/sqsinbox/sqsinbox/examples/warehouse").Output()
 	if err != nil {
 		return "", fmt.Errorf("reliability: find the warehouse example: %w", err)
@@ -158,7 +158,7 @@ func runFailover(ctx context.Context, e *Env, s Size) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	bin, err := warehouseBinary(ctx, dir)
+	bin, err := WarehouseBinary(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
