@@ -77,7 +77,7 @@ func Scenarios() []Scenario {
 		{Name: "postgres-failover", Fault: 3, Run: runFailover,
 			Doc: "the warehouse example's binary as 3+ processes SIGKILLed and restarted all along while PostgreSQL restarts with -m immediate and is then held down (from 1,000 events: 2 restarts and 30 s down; below: 1 restart and 8 s down): no process may exit by itself, only the poison may reach the DLQ; reports the time to the first pick task after each return"},
 		{Name: "commit-cut", Fault: 4, Run: runCommitCut,
-			Doc: "the connection to PostgreSQL cut during COMMIT by a TCP proxy, before and after the server got it: first every COMMIT (an outcome that stays unknown through three claims is handed back undeleted), then every seventh (settled in process by claiming again)"},
+			Doc: "the connection to PostgreSQL cut during COMMIT by a TCP proxy, before and after the server got it: first every COMMIT (an outcome that stays unknown through three claims is not deleted until the worker, which keeps it through the pause, claims it again), then every seventh (settled in process by claiming again)"},
 		{Name: "sqs-outage-throttle", Fault: 5, Run: runSQSOutage,
 			Doc: "throttling and 5xx injected by an HTTP proxy in front of the SQS server, then the server unreachable (connections reset) and back"},
 		{Name: "delete-fails-dlq-redrive", Fault: 6, Run: runDeleteFails,
