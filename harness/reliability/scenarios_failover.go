@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,7 +174,7 @@ func runFailover(ctx context.Context, e *Env, s Size) (*Report, error) {
 		return nil, err
 	}
 	if done, err := mig.Wait(2 * time.Minute); !done || err != nil {
-		return nil, fmt.Errorf("warehouse migrate: %v: %s", err, mig.Tail(2000))
+		return nil, fmt.Errorf("warehouse migrate: %w: %s", cmp.Or(err, errors.New("not done within 2 minutes")), mig.Tail(2000))
 	}
 	pool, err := pgxpool.New(ctx, db.URL)
 	if err != nil {

@@ -12,7 +12,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -79,7 +81,7 @@ func run(ctx context.Context, messages, rounds int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	bin, err := reliability.WarehouseBinary(ctx, dir)
 	if err != nil {
 		return err
@@ -97,7 +99,7 @@ func run(ctx context.Context, messages, rounds int) error {
 		return err
 	}
 	if done, err := mig.Wait(2 * time.Minute); !done || err != nil {
-		return fmt.Errorf("migrate: %v: %s", err, mig.Tail(2000))
+		return fmt.Errorf("migrate: %w: %s", cmp.Or(err, errors.New("not done within 2 minutes")), mig.Tail(2000))
 	}
 	pcfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
@@ -220,7 +222,7 @@ FROM warehouse.pick_tasks`).Scan(&done, &secs)
 	}
 	for _, p := range running {
 		if exited, err := p.Exited(); exited {
-			return result{}, fmt.Errorf("worker %s exited by itself: %v: %s", p.ID, err, p.Tail(1000))
+			return result{}, fmt.Errorf("worker %s exited by itself: %w: %s", p.ID, err, p.Tail(1000))
 		}
 	}
 	r.rate = float64(done) / max(secs, 0.001)
