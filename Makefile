@@ -19,13 +19,18 @@ demo: ## The OrderPaid story through an SNS fan-out: fauxqs and a throwaway Post
 # The port of 127.0.0.1 that `make dev` starts fauxqs on: LocalStack's, so that the same
 # environment works with either.
 DEV_PORT ?= 4566
+# The port of 127.0.0.1 of `make dev`'s own PostgreSQL (without DATABASE_URL): fixed, like its
+# data directory, so that the DATABASE_URL it prints stays the same from one start to the next.
+DEV_PG_PORT ?= 5434
+# Your queues, besides localstack/'s: `make dev QUEUES="orders billing.fifo"`.
+QUEUES ?=
 
 # Built, then run: `go run` exits 1 on Ctrl-C whatever the command does, and make would report it.
 .PHONY: dev
-dev: ## fauxqs on 127.0.0.1:DEV_PORT (4566) and a throwaway PostgreSQL (or DATABASE_URL's), with localstack/'s queues, DLQs and SNS topic and the inbox migrated, for running workers against; prints the environment to export, runs until Ctrl-C. No Docker.
+dev: ## fauxqs on 127.0.0.1:DEV_PORT (4566) and a PostgreSQL on DEV_PG_PORT (5434) whose data is kept (or DATABASE_URL's), with localstack/'s queues, DLQs and SNS topic, your QUEUES each with a DLQ, and the inbox migrated; prints the environment to export, runs until Ctrl-C. No Docker.
 	@mkdir -p $(TOOLS_DIR)
 	$(GO) build -o $(TOOLS_DIR)/sqsinbox-dev ./harness/cmd/dev
-	exec $(TOOLS_DIR)/sqsinbox-dev -port $(DEV_PORT)
+	exec $(TOOLS_DIR)/sqsinbox-dev -port $(DEV_PORT) -pgport $(DEV_PG_PORT) $(foreach q,$(QUEUES),-queue $(q))
 
 # The SQS server the harness (harness/sqstest) starts for the first pass of `make test`: goaws
 # (the default) or fauxqs. TESTING.md says how the suite runs and what each server gets wrong.
@@ -33,9 +38,9 @@ SQSINBOX_TEST_SQS ?= goaws
 # The packages whose tests use an SQS server (harness/sqstest), run a second time against
 # fauxqs when the first pass used GoAws. No test is skipped by name on either pass; a test that
 # needs what GoAws gets wrong (FIFO queues, for one) skips itself on the GoAws pass and says why.
-FAUXQS_PACKAGES := ./harness/sqstest/ ./worker/ ./worker/inboxhandler/ ./harness/reliability/ \
+FAUXQS_PACKAGES := ./harness/sqstest/ ./doctor/ ./worker/ ./worker/inboxhandler/ ./harness/reliability/ \
 	./cmd/sqsinbox/ ./harness/cmd/demo/ ./examples/loyalty/ ./examples/payments/ ./examples/payments-api/ ./examples/warehouse/ \
-	./workerapp/ ./outbox/ ./worker/workerotel/ ./s3payload/
+	./workerapp/ ./outbox/ ./worker/workerotel/ ./s3payload/ ./examples/firstworker/
 
 .PHONY: test
 test: ## Run every test under -race against real PostgreSQL and a real SQS server (started for you: GoAws, then fauxqs for the SQS packages), plus the localstack/ and terraform/ checks.
@@ -65,6 +70,14 @@ bench: bench-inbox bench-http bench-worker bench-relay ## Run the benchmarks and
 .PHONY: bench-inbox
 bench-inbox: ## Inbox claim-and-run against pgbench running the same SQL on the same server.
 	$(GO) test -run '^$$' -bench BenchmarkInboxVsPgbench -benchtime 1x -timeout 30m ./inbox/
+
+.PHONY: bench-querymodes
+bench-querymodes: ## Inbox claim-and-run in each pgx query mode, direct and through PgBouncer (transaction mode): medians of 10 interleaved rounds, ratio to pgx's default on a direct connection.
+	$(GO) test -run '^$$' -bench BenchmarkClaimQueryModes -benchtime 1x -timeout 30m ./inbox/
+
+.PHONY: bench-pooler
+bench-pooler: ## 16 warehouse workers at their defaults through PgBouncer (default_pool_size 20) against 4 on direct connections, each draining a backlog: msgs/s, server connections, ratio (3 interleaved rounds).
+	$(GO) run ./harness/cmd/poolerbench -n 20000 -rounds 3
 
 .PHONY: bench-http
 bench-http: ## HTTP Idempotency-Key middleware: req/s with and without it, first attempts and replays at c=1/8/32.

@@ -68,24 +68,7 @@ func BenchmarkInboxVsPgbench(b *testing.B) {
 	if _, err := admin.Exec(ctx, `CREATE TABLE `+schema+`.bench_rows (id bigserial PRIMARY KEY, event_id text NOT NULL, handler text NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
-	// On the harness's own cluster, fsync goes off for the benchmark: the disk's flush latency on
-	// these shared machines swings several-fold between runs, which drowns the comparison, and the
-	// limit being measured is CPU per transaction (BENCHMARKS.md). synchronous_commit stays on. With
-	// TEST_DATABASE_URL the server is measured as it is.
-	fsync := "as configured"
-	if db.Owned() {
-		if _, err := admin.Exec(ctx, "ALTER SYSTEM SET fsync = off"); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			_, _ = admin.Exec(context.Background(), "ALTER SYSTEM RESET fsync")
-			_, _ = admin.Exec(context.Background(), "SELECT pg_reload_conf()")
-		})
-		fsync = "off (throwaway cluster)"
-	}
+	fsync := fsyncOff(b, admin)
 	fmt.Printf("\ninbox claim-and-run vs pgbench (same SQL, same server, fsync %s, mean of %d alternating runs of %v, GOMAXPROCS=%d)\n",
 		fsync, rounds, dur, runtime.GOMAXPROCS(0))
 	fmt.Printf("%-14s %5s %12s %12s %12s %7s %13s %13s %11s\n", "work", "conns", "pgbench tx/s", "plain pgx", "inbox tx/s",
@@ -152,6 +135,28 @@ func BenchmarkInboxVsPgbench(b *testing.B) {
 	}
 }
 
+// fsyncOff turns fsync off on the harness's own cluster for the benchmark, and says what fsync
+// is: the disk's flush latency on these shared machines swings several-fold between runs, which
+// drowns the comparison, and the limit being measured is CPU per transaction (BENCHMARKS.md).
+// synchronous_commit stays on. With TEST_DATABASE_URL the server is measured as it is.
+func fsyncOff(b *testing.B, admin *pgxpool.Pool) string {
+	if !db.Owned() {
+		return "as configured"
+	}
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET fsync = off"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "ALTER SYSTEM RESET fsync")
+		_, _ = admin.Exec(context.Background(), "SELECT pg_reload_conf()")
+	})
+	return "off (throwaway cluster)"
+}
+
 // runInbox runs claim-and-run through the public API and returns transactions per second.
 func runInbox(b *testing.B, schema string, withInsert bool, conns int, dur time.Duration) (tps, allocsPerOp float64) {
 	var fn inbox.Func
@@ -210,6 +215,11 @@ func runPlainPgx(b *testing.B, schema string, withInsert bool, conns int, dur ti
 func runLoop(b *testing.B, conns int, dur time.Duration, setup func(*pgxpool.Pool), op func(ctx context.Context, key string) error) (tps, allocsPerOp float64) {
 	pool := newPool(b, int32(conns))
 	defer pool.Close() // now, not at the benchmark's end: the rounds' pools would exceed max_connections
+	return runLoopOn(b, pool, conns, dur, setup, op)
+}
+
+// runLoopOn is runLoop on a pool of the caller's.
+func runLoopOn(b *testing.B, pool *pgxpool.Pool, conns int, dur time.Duration, setup func(*pgxpool.Pool), op func(ctx context.Context, key string) error) (tps, allocsPerOp float64) {
 	setup(pool)
 	// Warm the pool's connections and statement caches outside the timed window.
 	var wg sync.WaitGroup

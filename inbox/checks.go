@@ -5,7 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 )
+
+// ErrPoolerQueryMode is wrapped by the error of [Inbox.Check] when the pool reaches PostgreSQL
+// through a transaction pooler (PgBouncer in transaction mode, RDS Proxy) in a pgx query mode
+// that fails there: cache_statement (pgx's default) or describe_exec, whose prepared statements
+// are used on a server connection other than the one that prepared them. Check tells a pooler
+// by opening two connections of its own and comparing their server sessions; it does so only
+// when the pool's mode is one of those two. The error names the fix: default_query_exec_mode=
+// cache_describe in the URL (workerapp sets it itself when the URL sets no mode), or exec or
+// simple_protocol.
+var ErrPoolerQueryMode = pooler.ErrQueryMode
 
 // ErrAsyncCommit is returned by [Inbox.CheckDurability] when the server's synchronous_commit is
 // off and Config.AcceptAsyncCommit is false.

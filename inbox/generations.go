@@ -423,7 +423,11 @@ func (ib *Inbox) rotateGenerations(ctx context.Context, l *genLayout, age time.D
 		return r, fmt.Errorf("inbox: rotate: connect: %w", err)
 	}
 	defer conn.Release()
-	unlock, got, err := pgpurge.TryLock(ctx, conn.Conn(), "sqsinbox.purge."+ib.cfg.Schema+".processed_events")
+	// The rotation's lock is transaction-scoped, taken again by each transaction that drops a
+	// generation (a session lock would outlive its unlock behind a transaction pooler). This
+	// first one only tells whether another process is rotating now.
+	lockKey := "sqsinbox.purge." + ib.cfg.Schema + ".processed_events"
+	got, err := ib.tryXactLock(ctx, conn.Conn(), lockKey)
 	if err != nil {
 		return r, fmt.Errorf("inbox: rotate: lock: %w", err)
 	}
@@ -431,7 +435,6 @@ func (ib *Inbox) rotateGenerations(ctx context.Context, l *genLayout, age time.D
 		r.Skipped = true
 		return r, nil
 	}
-	defer unlock()
 	if r.Created, err = ib.ensure(ctx, l, &r, conn.Conn()); err != nil {
 		return r, err
 	}
@@ -451,21 +454,49 @@ func (ib *Inbox) rotateGenerations(ctx context.Context, l *genLayout, age time.D
 		// The DETACH in a transaction of its own: it holds processed_events's exclusive lock,
 		// which claims wait for, until its commit, and a DROP's commit frees the table's files
 		// (in proportion to their size) before it lets its locks go. The DROP then locks only the
-		// detached table, which no claim reads.
+		// detached table, which no claim reads. Each takes the rotation's lock and reads the
+		// generation's state again under it: another process may have rotated since the list.
+		held := true
 		if p.attached {
 			t := time.Now()
-			if err := ib.ddl(ctx, conn.Conn(), &r, "ALTER TABLE "+l.table+" DETACH PARTITION "+partition(ib.cfg.Schema, g)); err != nil {
+			err := ib.ddlTx(ctx, conn.Conn(), &r, func(tx pgx.Tx) error {
+				st, err := ib.lockedGeneration(ctx, tx, lockKey, g)
+				if held = st != genBusy; err != nil || !st.attached() {
+					return err
+				}
+				_, err = tx.Exec(ctx, "ALTER TABLE "+l.table+" DETACH PARTITION "+partition(ib.cfg.Schema, g))
+				return err
+			})
+			if err != nil {
 				return r, fmt.Errorf("inbox: rotate: detach generation %d: %w", g, err)
 			}
 			r.Detach += time.Since(t)
 		}
+		if !held {
+			break // another process rotates now
+		}
 		t := time.Now()
-		if err := ib.ddl(ctx, conn.Conn(), &r, "DROP TABLE "+partition(ib.cfg.Schema, g)); err != nil {
+		dropped := false
+		err := ib.ddlTx(ctx, conn.Conn(), &r, func(tx pgx.Tx) error {
+			st, err := ib.lockedGeneration(ctx, tx, lockKey, g)
+			if held = st != genBusy; err != nil || st != genDetached {
+				return err
+			}
+			_, err = tx.Exec(ctx, "DROP TABLE "+partition(ib.cfg.Schema, g))
+			dropped = err == nil
+			return err
+		})
+		if err != nil {
 			return r, fmt.Errorf("inbox: rotate: drop generation %d (detached): %w", g, err)
 		}
-		r.Drop += time.Since(t)
-		r.Dropped = append(r.Dropped, g)
-		r.Rows += max(p.tuples, 0)
+		if !held {
+			break
+		}
+		if dropped {
+			r.Drop += time.Since(t)
+			r.Dropped = append(r.Dropped, g)
+			r.Rows += max(p.tuples, 0)
+		}
 	}
 	slices.Sort(r.Dropped)
 	return r, nil
@@ -553,7 +584,8 @@ WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname LIKE 'processed\_events\_
 }
 
 // ensure makes (or attaches) the generations from the previous one to aheadGenerations past now
-// (in the keytime layout, from the oldest a key is routed to, to the newest) that are missing, under an advisory lock of its own that it waits for (making a generation is
+// (in the keytime layout, from the oldest a key is routed to, to the newest) that are missing, each
+// in a transaction that holds an advisory lock of its own, waited for (making a generation is
 // quick): the rotation calls it, and so do Check and a claim that found its generation missing.
 // r, when not nil, counts the lock waits given up; conn, when not nil, is the connection to use
 // (the rotation's: a pool of one connection must not deadlock).
@@ -569,13 +601,6 @@ func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation, conn *pg
 		defer pc.Release()
 		conn = pc.Conn()
 	}
-	lockKey := "sqsinbox.generations." + ib.cfg.Schema
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", lockKey); err != nil {
-		return nil, fmt.Errorf("inbox: make generations: lock: %w", err)
-	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lockKey)
-	}()
 	parts, err := ib.listGenerations(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -588,25 +613,91 @@ func (ib *Inbox) ensure(ctx context.Context, l *genLayout, r *Rotation, conn *pg
 		// to that of a key's time clockMargin ahead of this clock.
 		oldest, last = min(oldest, l.oldestRouted(now)), max(last, l.gen(now.Add(clockMargin))+1)
 	}
+	lockKey := "sqsinbox.generations." + ib.cfg.Schema
 	var made []int32
 	for g := oldest; g <= last; g++ {
-		p, ok := parts[g]
-		if ok && p.attached {
+		if p, ok := parts[g]; ok && p.attached {
 			continue
 		}
-		var stmts []string
-		if !ok {
-			// CREATE and ATTACH, not PARTITION OF: ATTACH takes a lock on the parent that claims
-			// do not conflict with.
-			stmts = append(stmts, "CREATE TABLE "+partition(ib.cfg.Schema, g)+" (LIKE "+l.table+" INCLUDING DEFAULTS)")
-		}
-		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES IN (%d)", l.table, partition(ib.cfg.Schema, g), g))
-		if err := ib.ddl(ctx, conn, r, stmts...); err != nil {
+		// The lock is transaction-scoped (a pooler splits a session's statements), taken by the
+		// transaction that makes the generation, which reads its state again under the lock:
+		// another process may have made it since the list was read.
+		did := false
+		err := ib.ddlTx(ctx, conn, r, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", lockKey); err != nil {
+				return err
+			}
+			st, err := ib.generationState(ctx, tx, g)
+			if err != nil || st.attached() {
+				return err
+			}
+			if st == genMissing {
+				// CREATE and ATTACH, not PARTITION OF: ATTACH takes a lock on the parent that
+				// claims do not conflict with.
+				if _, err := tx.Exec(ctx, "CREATE TABLE "+partition(ib.cfg.Schema, g)+" (LIKE "+l.table+" INCLUDING DEFAULTS)"); err != nil {
+					return err
+				}
+			}
+			_, err = tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES IN (%d)", l.table, partition(ib.cfg.Schema, g), g))
+			did = err == nil
+			return err
+		})
+		if err != nil {
 			return made, fmt.Errorf("inbox: make generation %d: %w", g, err)
 		}
-		made = append(made, g)
+		if did {
+			made = append(made, g)
+		}
 	}
 	return made, nil
+}
+
+// genState is a generation table's state, read in a transaction.
+type genState int
+
+const (
+	genMissing  genState = iota // no table
+	genDetached                 // a table, not attached to processed_events
+	genAttached                 // a table attached to processed_events
+	genBusy                     // not read: another process holds the rotation's lock
+)
+
+func (s genState) attached() bool { return s == genAttached }
+
+// generationState reads generation g's table state in tx.
+func (ib *Inbox) generationState(ctx context.Context, tx pgx.Tx, g int32) (genState, error) {
+	var exists, attached bool
+	err := tx.QueryRow(ctx, `SELECT c.oid IS NOT NULL, EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
+FROM (SELECT to_regclass($1) AS oid) r LEFT JOIN pg_class c ON c.oid = r.oid`, partition(ib.cfg.Schema, g)).Scan(&exists, &attached)
+	switch {
+	case err != nil:
+		return genMissing, fmt.Errorf("inbox: read generation %d: %w", g, err)
+	case attached:
+		return genAttached, nil
+	case exists:
+		return genDetached, nil
+	}
+	return genMissing, nil
+}
+
+// lockedGeneration takes the rotation's lock named key in tx, if no other process holds it
+// (genBusy if one does), and reads generation g's state under it.
+func (ib *Inbox) lockedGeneration(ctx context.Context, tx pgx.Tx, key string, g int32) (genState, error) {
+	got, err := pgpurge.TryXactLock(ctx, tx, key)
+	if err != nil || !got {
+		return genBusy, err
+	}
+	return ib.generationState(ctx, tx, g)
+}
+
+// tryXactLock reports whether the advisory lock named key was free: it takes it in a
+// transaction of its own on conn, which ends at once.
+func (ib *Inbox) tryXactLock(ctx context.Context, conn *pgx.Conn, key string) (got bool, err error) {
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		got, err = pgpurge.TryXactLock(ctx, tx, key)
+		return err
+	})
+	return got, err
 }
 
 // noGeneration reports err as an insert into a generation that does not exist yet (the rotation
@@ -622,21 +713,28 @@ func (ib *Inbox) noGeneration(ctx context.Context, err error) bool {
 	return eerr == nil
 }
 
-// ddl runs stmts in one transaction with a short lock_timeout, again after a growing pause while
+// ddl runs stmts in one transaction with a short lock_timeout: ddlTx.
+func (ib *Inbox) ddl(ctx context.Context, conn *pgx.Conn, r *Rotation, stmts ...string) error {
+	return ib.ddlTx(ctx, conn, r, func(tx pgx.Tx) error {
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ddlTx runs fn in one transaction with a short lock_timeout, again after a growing pause while
 // a lock wait gives up (up to 50 times, about a minute in all), so that it never holds up claims
 // for longer than rotateLockTimeout at a time.
-func (ib *Inbox) ddl(ctx context.Context, conn *pgx.Conn, r *Rotation, stmts ...string) error {
+func (ib *Inbox) ddlTx(ctx context.Context, conn *pgx.Conn, r *Rotation, fn func(pgx.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", rotateLockTimeout.Milliseconds())); err != nil {
 				return err
 			}
-			for _, s := range stmts {
-				if _, err := tx.Exec(ctx, s); err != nil {
-					return err
-				}
-			}
-			return nil
+			return fn(tx)
 		})
 		var pgErr *pgconn.PgError
 		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || attempt == 50 {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/migrate"
 )
@@ -63,7 +64,8 @@ type Config struct {
 	// a lost message. Default false: Check refuses.
 	AcceptAsyncCommit bool
 
-	// Logger receives the purge loop's reports. nil means slog.Default().
+	// Logger receives the purge loop's reports, and a warning for each failure record that could
+	// not be written ([Inbox.RecordFailures]). nil means slog.Default().
 	Logger *slog.Logger
 
 	// LockTimeout bounds how long [Inbox.Run]'s claim waits for another transaction that holds
@@ -88,6 +90,12 @@ type Config struct {
 	// in an ECS task, else the hostname.
 	Instance string
 
+	// NoFailureRecords, when true, turns [Inbox.RecordFailures] off: handler failures are not
+	// recorded in inbox_failures (for a service whose error texts may hold data that must not be
+	// stored). Default false: each failure is recorded, for `sqsinbox events show`, the DLQ peek
+	// and the console.
+	NoFailureRecords bool
+
 	// Hooks, when set, observe each claim and commit of [Inbox.Run] and [Inbox.RunTx] (the
 	// workerotel package makes spans of them). nil means none, at no cost.
 	Hooks *Hooks
@@ -100,6 +108,7 @@ type Inbox struct {
 	sql      statements
 	migrator *migrate.Migrator
 	sources  sources
+	failures failureStats
 	lay      atomic.Pointer[genLayout] // the generations layout, or nil (generations.go)
 	layRead  atomic.Bool               // the layout has been read
 	now      func() time.Time          // the clock of the generations; tests move it
@@ -118,7 +127,9 @@ type statements struct {
 	// returning the keys it inserted.
 	batchClaim string
 	unclaim    string // deletes the claims of a batch's items that were not processed
-	stats      string
+	// recordFailures inserts failure records and trims each event's to FailuresKept.
+	recordFailures string
+	stats          string
 }
 
 // New returns an inbox that uses pool. It does no I/O: call [Inbox.Check] at start, after
@@ -158,6 +169,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 			batchClaim:   batchClaim(c),
 			unclaim: "DELETE FROM " + sqlident.Quote(c.Schema, "processed_messages") +
 				" WHERE (handler, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+			recordFailures: failuresInsert(c.Schema),
 			stats: "SELECT handler, count(*), min(seen_at), max(seen_at) FROM " + sqlident.Quote(c.Schema, "processed_messages") +
 				" GROUP BY handler ORDER BY handler",
 		},
@@ -242,9 +254,13 @@ func (ib *Inbox) IdleInTransactionTimeout() time.Duration { return ib.cfg.IdleIn
 // Pool returns the pool the inbox uses.
 func (ib *Inbox) Pool() *pgxpool.Pool { return ib.pool }
 
-// Check verifies, at start, that the schema is migrated and that commits are durable
-// (see [ErrAsyncCommit]). Workers call it before they receive anything.
+// Check verifies, at start, that the pool's query mode works where the pool connects (see
+// [ErrPoolerQueryMode]), that the schema is migrated and that commits are durable (see
+// [ErrAsyncCommit]). Workers call it before they receive anything.
 func (ib *Inbox) Check(ctx context.Context) error {
+	if err := pooler.Check(ctx, ib.pool, "inbox"); err != nil {
+		return err
+	}
 	if err := ib.migrator.CheckCurrent(ctx); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}

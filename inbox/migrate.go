@@ -86,6 +86,18 @@ func Migrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migra
 	return out, nil
 }
 
+// MigrationVersions returns the highest of the inbox's migrations applied to schema (0 when none)
+// and the highest this binary knows, so that a caller can tell a schema that is behind from one
+// that a newer release has migrated further. It reads only: it creates nothing.
+func MigrationVersions(ctx context.Context, pool *pgxpool.Pool, schema string) (applied, known int, err error) {
+	mg, err := newMigrator(pool, orDefault(schema))
+	if err != nil {
+		return 0, 0, err
+	}
+	applied, err = mg.Current(ctx)
+	return applied, mg.Latest(), err
+}
+
 func orDefault(schema string) string {
 	if schema == "" {
 		return DefaultSchema

@@ -2,8 +2,11 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/pgpurge"
 )
@@ -14,7 +17,8 @@ import (
 // (Skipped). The outbox and the HTTP middleware report their purges with it too.
 type PurgeResult = pgpurge.Result
 
-// Purge deletes processed rows older than the retention, once. It deletes in batches of
+// Purge deletes processed rows older than the retention, once, and the failure records
+// ([Inbox.RecordFailures]) older than it too (not counted in the result's Deleted). It deletes in batches of
 // Config.PurgeBatchSize, each its own short transaction, using the database's clock. Only one
 // process purges a schema at a time: if another holds the advisory lock, Purge returns at once
 // with Skipped set.
@@ -49,11 +53,24 @@ func (ib *Inbox) PurgeOlderThan(ctx context.Context, age time.Duration, progress
 		})
 		return err
 	})
-	return res, err
+	if err != nil {
+		return res, err
+	}
+	// A schema from before the failure records (an older binary migrated it) has none to purge.
+	if _, err := ib.purgeFailures(ctx, age); err != nil && !undefinedTable(err) {
+		return res, fmt.Errorf("inbox: purge the failure records: %w", err)
+	}
+	return res, nil
 }
 
 // PurgeLoop runs [Inbox.Purge] now and then every Config.PurgeInterval until ctx ends, logging
 // each run. Errors are logged and retried at the next interval. It returns context.Cause(ctx).
 func (ib *Inbox) PurgeLoop(ctx context.Context) error {
 	return pgpurge.Loop(ctx, ib.cfg.PurgeInterval, ib.cfg.Logger, "inbox", ib.cfg.Schema, ib.Purge)
+}
+
+// undefinedTable reports whether err is PostgreSQL's undefined_table (SQLSTATE 42P01).
+func undefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }

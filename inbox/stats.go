@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 )
 
 // ErrNotMigrated is wrapped by [Inbox.Stats] when the schema has no inbox table: run [Migrate]
@@ -70,4 +72,55 @@ func statsError(schema string, err error) error {
 		return fmt.Errorf("%w: schema %q has no processed_messages table; run `sqsinbox migrate up` (or inbox.Migrate): %w", ErrNotMigrated, schema, err)
 	}
 	return fmt.Errorf("inbox: stats: %w", err)
+}
+
+// Oldest returns the database's clock and the time of the inbox's oldest row (zero when it has
+// none): what a purge that keeps up holds within the retention. Unlike [Inbox.Stats] it scans
+// nothing, so a deployment check can run it on a large inbox: in the table layout it reads the
+// seen_at index; in the generations layouts the catalog, where the oldest generation table's
+// start bounds its rows' age (the purge drops a generation whole), and the legacy table's index
+// while it is there.
+func (ib *Inbox) Oldest(ctx context.Context) (oldest, now time.Time, err error) {
+	err = ib.readRows(ctx, func(l *genLayout) error {
+		var seen *time.Time
+		if l == nil {
+			if err := ib.pool.QueryRow(ctx, "SELECT min(seen_at), now() FROM "+ib.rowsOf(nil)).Scan(&seen, &now); err != nil {
+				return err
+			}
+			if seen != nil {
+				oldest = *seen
+			}
+			return nil
+		}
+		conn, err := ib.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		if err := conn.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return err
+		}
+		parts, err := ib.listGenerations(ctx, conn.Conn())
+		if err != nil {
+			return err
+		}
+		for g, p := range parts {
+			if t := time.Unix(int64(g)*int64(l.g/time.Second), 0); p.attached && (oldest.IsZero() || t.Before(oldest)) {
+				oldest = t
+			}
+		}
+		if l.legacy {
+			if err := conn.QueryRow(ctx, "SELECT min(seen_at) FROM "+sqlident.Quote(ib.cfg.Schema, "processed_messages_legacy")).Scan(&seen); err != nil {
+				return err
+			}
+		}
+		if seen != nil && (oldest.IsZero() || seen.Before(oldest)) {
+			oldest = *seen
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, time.Time{}, statsError(ib.cfg.Schema, err)
+	}
+	return oldest, now, nil
 }

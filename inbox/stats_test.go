@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,5 +39,39 @@ func TestStats(t *testing.T) {
 	}
 	if _, err := bare.Stats(t.Context()); !errors.Is(err, inbox.ErrNotMigrated) {
 		t.Errorf("Stats on an unmigrated schema = %v, want ErrNotMigrated", err)
+	}
+}
+
+// TestOldest (real PostgreSQL): the oldest row's time, zero for an empty inbox, in the table
+// layout (its seen_at) and in the generations layout (the start of its oldest generation, which
+// the purge drops whole).
+func TestOldest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := t.Context()
+	if oldest, now, err := b.ib.Oldest(ctx); err != nil || !oldest.IsZero() || now.IsZero() {
+		t.Fatalf("empty inbox: oldest %v, now %v, %v; want zero, the clock, nil", oldest, now, err)
+	}
+	if _, err := b.pool.Exec(ctx, "INSERT INTO "+b.schema+".processed_messages (handler, event_id, seen_at) VALUES "+
+		"('h', 'old', now() - interval '3 days'), ('h', 'new', now())"); err != nil {
+		t.Fatal(err)
+	}
+	oldest, now, err := b.ib.Oldest(ctx)
+	if err != nil || now.Sub(oldest).Round(time.Hour) != 72*time.Hour {
+		t.Fatalf("table layout: oldest %v, now %v, %v; want three days before now", oldest, now, err)
+	}
+	if _, err := b.pool.Exec(ctx, "DELETE FROM "+b.schema+".processed_messages"); err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.SwitchToGenerations(ctx, b.pool, b.schema, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	g := time.Now().Add(-5*24*time.Hour).Unix() / 3600
+	if _, err := b.pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %[1]s.processed_events_g%[2]d PARTITION OF %[1]s.processed_events FOR VALUES IN (%[2]d)", b.schema, g)); err != nil {
+		t.Fatal(err)
+	}
+	oldest, _, err = b.ib.Oldest(ctx)
+	if want := time.Unix(g*3600, 0); err != nil || !oldest.Equal(want) {
+		t.Fatalf("generations layout: oldest %v, %v; want the oldest generation's start %v", oldest, err, want)
 	}
 }

@@ -5,8 +5,10 @@
 //
 // Files are named NNNN_name.up.sql and NNNN_name.down.sql. The text {{schema}} in a file is
 // replaced by the quoted schema name. Applied versions are recorded in a table of the schema.
-// Each migration runs in its own transaction, and a session advisory lock keeps two migrators
-// of the same schema and table from running at once.
+// Each migration runs in its own transaction, which takes a transaction-scoped advisory lock and
+// reads the version table again under it, so migrators of the same schema and table running at
+// once apply each migration once, in order. Nothing is kept on a session: migrations run through a
+// transaction pooler (PgBouncer in transaction mode, RDS Proxy) as they do on a direct connection.
 package migrate
 
 import (
@@ -141,28 +143,31 @@ func (mg *Migrator) Latest() int { return len(mg.migrations) }
 
 func (mg *Migrator) table() string { return sqlident.Quote(mg.schema, mg.versionTable) }
 
-// lock takes a dedicated connection holding the migrator's advisory lock.
-func (mg *Migrator) lock(ctx context.Context) (*pgxpool.Conn, func(), error) {
-	conn, err := mg.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("migrate: connect: %w", err)
-	}
-	key := "sqsinbox.migrate." + mg.schema + "." + mg.versionTable
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
-		conn.Release()
-		return nil, nil, fmt.Errorf("migrate: lock: %w", err)
-	}
-	release := func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
-		conn.Release()
-	}
-	return conn, release, nil
+// lockKey names the advisory lock that serialises the migrators of the schema and table.
+func (mg *Migrator) lockKey() string {
+	return "sqsinbox.migrate." + mg.schema + "." + mg.versionTable
 }
 
-func (mg *Migrator) ensureTable(ctx context.Context, conn *pgxpool.Conn) error {
-	_, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+sqlident.Quote(mg.schema)+";\n"+
-		"CREATE TABLE IF NOT EXISTS "+mg.table()+
-		" (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+// inLock runs fn in a transaction that first takes the migrator's advisory lock, waiting for it.
+// The lock is transaction-scoped: it ends with the transaction, on whichever server connection
+// a pooler (PgBouncer in transaction mode, RDS Proxy) gave it, where a session lock's unlock would
+// run on another connection and leave the lock held.
+func (mg *Migrator) inLock(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, mg.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", mg.lockKey()); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		return fn(tx)
+	})
+}
+
+func (mg *Migrator) ensureTable(ctx context.Context) error {
+	err := mg.inLock(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+sqlident.Quote(mg.schema)+";\n"+
+			"CREATE TABLE IF NOT EXISTS "+mg.table()+
+			" (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("migrate: create version table %s: %w", mg.table(), err)
 	}
@@ -186,48 +191,67 @@ func (mg *Migrator) Current(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// begin takes the migrator's lock, makes sure the version table exists and reads the applied
-// versions: what Up and Down both start with. The caller must call release.
-func (mg *Migrator) begin(ctx context.Context) (*pgxpool.Conn, func(), map[int]time.Time, error) {
-	conn, release, err := mg.lock(ctx)
+// begin makes sure the version table exists and reads the applied versions: what Up and Down
+// both start with. Each migration's transaction reads its version again under the lock
+// ([Migrator.step]): another migrator may have run it since.
+func (mg *Migrator) begin(ctx context.Context) (map[int]time.Time, error) {
+	if err := mg.ensureTable(ctx); err != nil {
+		return nil, err
+	}
+	conn, err := mg.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
-	if err := mg.ensureTable(ctx, conn); err != nil {
-		release()
-		return nil, nil, nil, err
-	}
-	applied, err := mg.applied(ctx, conn)
-	if err != nil {
-		release()
-		return nil, nil, nil, err
-	}
-	return conn, release, applied, nil
+	defer conn.Release()
+	return mg.applied(ctx, conn)
 }
 
-// Up applies every pending migration, in order, and returns the versions it applied.
+// step applies (up) or reverts m in one transaction that holds the migrator's lock, unless the
+// version table, read under the lock, says another migrator already did. did reports whether
+// this one did.
+func (mg *Migrator) step(ctx context.Context, m Migration, up bool) (did bool, err error) {
+	err = mg.inLock(ctx, func(tx pgx.Tx) error {
+		var applied bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+mg.table()+" WHERE version = $1)", m.Version).Scan(&applied); err != nil {
+			return err
+		}
+		if applied == up {
+			return nil
+		}
+		sql, record := m.Up, "INSERT INTO "+mg.table()+" (version, name) VALUES ($1, $2)"
+		args := []any{m.Version, m.Name}
+		if !up {
+			sql, record, args = m.Down, "DELETE FROM "+mg.table()+" WHERE version = $1", args[:1]
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, record, args...)
+		did = err == nil
+		return err
+	})
+	return did, err
+}
+
+// Up applies every pending migration, in order, and returns the versions it applied. Migrators
+// of the same schema and table running at once apply each migration once, in order.
 func (mg *Migrator) Up(ctx context.Context) ([]int, error) {
-	conn, release, applied, err := mg.begin(ctx)
+	applied, err := mg.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
 	var done []int
 	for _, m := range mg.migrations {
 		if _, ok := applied[m.Version]; ok {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.Up); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO "+mg.table()+" (version, name) VALUES ($1, $2)", m.Version, m.Name)
-			return err
-		})
+		did, err := mg.step(ctx, m, true)
 		if err != nil {
 			return done, fmt.Errorf("migrate: up %04d_%s: %w", m.Version, m.Name, err)
 		}
-		done = append(done, m.Version)
+		if did {
+			done = append(done, m.Version)
+		}
 	}
 	return done, nil
 }
@@ -250,11 +274,10 @@ func (mg *Migrator) DownAll(ctx context.Context) ([]int, error) { return mg.down
 
 // down reverts the last steps applied migrations, or all of them when steps is 0.
 func (mg *Migrator) down(ctx context.Context, steps int) ([]int, error) {
-	conn, release, applied, err := mg.begin(ctx)
+	applied, err := mg.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
 	var done []int
 	for i := len(mg.migrations) - 1; i >= 0; i-- {
 		if steps > 0 && len(done) == steps {
@@ -264,17 +287,13 @@ func (mg *Migrator) down(ctx context.Context, steps int) ([]int, error) {
 		if _, ok := applied[m.Version]; !ok {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.Down); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "DELETE FROM "+mg.table()+" WHERE version = $1", m.Version)
-			return err
-		})
+		did, err := mg.step(ctx, m, false)
 		if err != nil {
 			return done, fmt.Errorf("migrate: down %04d_%s: %w", m.Version, m.Name, err)
 		}
-		done = append(done, m.Version)
+		if did {
+			done = append(done, m.Version)
+		}
 	}
 	return done, nil
 }

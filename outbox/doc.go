@@ -57,7 +57,13 @@
 // The relay wakes on commit: a statement trigger NOTIFYs, and PostgreSQL delivers a
 // notification only when the transaction commits. It listens on a connection of its own, not
 // one of the pool's. Polling every RelayConfig.PollInterval is the fallback: it catches a
-// notification sent while no relay listened, and rows whose backoff has ended.
+// notification sent while no relay listened, and rows whose backoff has ended. At start (and
+// after each reconnect) the relay sends a probe notification through the pool and waits up to
+// 10 s for its connection to hear it. Behind a transaction pooler (PgBouncer in transaction
+// mode) it never does: the LISTEN stayed on a server connection the pooler gave to other
+// clients. The relay then says so once in its log and polls every [DeafPollInterval] (250 ms)
+// instead, so a row committed while it is idle waits at most that long to be claimed; it polls
+// as often until the probe is heard, and while its connection is down.
 //
 // # Why a lease, not row locks held across the publish
 //

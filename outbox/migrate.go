@@ -86,3 +86,16 @@ func Migrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migra
 	}
 	return out, nil
 }
+
+// MigrationVersions returns the highest of the outbox's migrations applied to schema (empty
+// means DefaultSchema; 0 when none) and the highest this binary knows, so that a caller can tell
+// a schema that is behind from one that a newer release has migrated further. It creates
+// nothing.
+func MigrationVersions(ctx context.Context, pool *pgxpool.Pool, schema string) (applied, known int, err error) {
+	mg, err := newMigrator(pool, cmp.Or(schema, DefaultSchema))
+	if err != nil {
+		return 0, 0, err
+	}
+	applied, err = mg.Current(ctx)
+	return applied, mg.Latest(), err
+}

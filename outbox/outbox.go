@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/migrate"
 )
@@ -169,7 +170,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 func (ob *Outbox) prepare() {
 	t := sqlident.Quote(ob.cfg.Schema, "outbox_messages")
 	ob.insert = "INSERT INTO " + t + " (event_id, kind, destination, fifo, body, attributes, group_id, dedup_id, delay_seconds)" +
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (destination, event_id) DO NOTHING"
+		" VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9) ON CONFLICT (destination, event_id) DO NOTHING"
 	ob.stats = "SELECT count(*) FILTER (WHERE parked_at IS NULL), count(*) FILTER (WHERE parked_at IS NOT NULL)," +
 		" coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE parked_at IS NULL)), 0)::float8" +
 		" FROM " + t + " WHERE sent_at IS NULL"
@@ -180,8 +181,13 @@ func (ob *Outbox) prepare() {
 // Schema returns the schema of the outbox's table.
 func (ob *Outbox) Schema() string { return ob.cfg.Schema }
 
-// Check verifies, at start, that the schema is migrated.
+// Check verifies, at start, that the pool's query mode works where the pool connects (behind a
+// transaction pooler it refuses pgx's default, naming the fix; see inbox.ErrPoolerQueryMode)
+// and that the schema is migrated.
 func (ob *Outbox) Check(ctx context.Context) error {
+	if err := pooler.Check(ctx, ob.pool, "outbox"); err != nil {
+		return err
+	}
 	if err := ob.migrator.CheckCurrent(ctx); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -213,7 +219,9 @@ func (ob *Outbox) Add(ctx context.Context, tx pgx.Tx, msg Message) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("outbox: encode attributes: %w", err)
 	}
-	tag, err := tx.Exec(ctx, ob.insert, msg.EventID, string(d.Kind), msg.Destination, d.FIFO, msg.Body, aj,
+	// The attributes go as text cast to jsonb: in the exec and simple_protocol query modes pgx
+	// sends a []byte as bytea, which jsonb refuses.
+	tag, err := tx.Exec(ctx, ob.insert, msg.EventID, string(d.Kind), msg.Destination, d.FIFO, msg.Body, string(aj),
 		nullable(msg.GroupID), nullable(msg.DeduplicationID), int(msg.Delay/time.Second))
 	if err != nil {
 		return "", fmt.Errorf("outbox: add event %q: %w", msg.EventID, err)

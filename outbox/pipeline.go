@@ -116,7 +116,7 @@ func (rl *Relay) feeder() {
 					rl.markRoundsHungry.Add(1)
 				}
 			}
-			after := cur.after(rl.cfg.PollInterval)
+			after := cur.after(rl.pollInterval())
 			jobs, bad, got, err := rl.round(&m, claim, after, cur.group)
 			if err != nil && rl.workCtx.Err() == nil {
 				rl.cfg.Logger.ErrorContext(rl.workCtx, "outbox: relay round failed", "schema", rl.cfg.Schema, "error", err)
@@ -131,7 +131,7 @@ func (rl *Relay) feeder() {
 				}
 				inflight += len(jobs)
 				if !hungry {
-					poll.Reset(rl.cfg.PollInterval)
+					poll.Reset(rl.pollInterval())
 				}
 			}
 			continue

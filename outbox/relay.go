@@ -15,9 +15,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsinbox/sqsinbox/internal/core/logdur"
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 	"github.com/sqsinbox/sqsinbox/internal/core/sqlident"
 	"github.com/sqsinbox/sqsinbox/internal/core/startstop"
 	"github.com/sqsinbox/sqsinbox/s3payload"
@@ -34,6 +36,16 @@ const (
 	MaxSenders = 64
 	// DefaultPollInterval is how often an idle relay looks for rows when no NOTIFY woke it.
 	DefaultPollInterval = time.Second
+	// DeafPollInterval is how often an idle relay looks for rows, at most, when its LISTEN
+	// connection hears no notifications: behind a transaction pooler (PgBouncer in transaction
+	// mode) a LISTEN stays on a server connection that the client no longer holds. A row
+	// committed then is claimed within this delay (or PollInterval, if shorter). The relay polls
+	// this often too until its probe notification is heard at start, and while its LISTEN
+	// connection is down.
+	DeafPollInterval = 250 * time.Millisecond
+	// listenProbeTimeout bounds the wait for the relay's probe notification, sent through the
+	// pool at start and after each reconnect: on a direct connection it arrives in milliseconds.
+	listenProbeTimeout = 10 * time.Second
 	// DefaultPublishTimeout bounds one SendMessageBatch or PublishBatch call, the SDK's retries
 	// included.
 	DefaultPublishTimeout = 20 * time.Second
@@ -167,7 +179,7 @@ type Relay struct {
 	jobs      chan *job
 	results   chan jobReport
 	wg        sync.WaitGroup
-	listening atomic.Bool
+	listening atomic.Bool // the LISTEN connection heard its probe and is up
 	senders   senders
 
 	published, failures, parked, lost atomic.Int64
@@ -289,6 +301,10 @@ func (rl *Relay) Start(ctx context.Context) error {
 	if err := rl.life.BeginStart(); err != nil {
 		return err
 	}
+	if err := pooler.Check(ctx, rl.pool, "outbox relay"); err != nil {
+		rl.life.EndStart(ctx, false)
+		return err
+	}
 	if err := rl.migrator.CheckCurrent(ctx); err != nil {
 		rl.life.EndStart(ctx, false)
 		return fmt.Errorf("outbox: %w", err)
@@ -366,12 +382,17 @@ type RelayStats struct {
 	// Rounds is the number of round trips to PostgreSQL the relay made to claim rows or mark
 	// them, and MarkRounds those of them that carried marks and no claim.
 	Rounds, MarkRounds int64
+	// Listening reports whether the relay's LISTEN connection is up and heard its probe
+	// notification. It is false while that connection is down, and for good when it heard
+	// nothing (behind a transaction pooler): the relay then polls every DeafPollInterval.
+	Listening bool
 }
 
 // Stats returns the relay's counters.
 func (rl *Relay) Stats() RelayStats {
 	return RelayStats{Published: rl.published.Load(), Failures: rl.failures.Load(), Parked: rl.parked.Load(), LostLeases: rl.lost.Load(),
-		Senders: int(rl.senders.active.Load()), Rounds: rl.rounds.Load(), MarkRounds: rl.markRounds.Load()}
+		Senders: int(rl.senders.active.Load()), Rounds: rl.rounds.Load(), MarkRounds: rl.markRounds.Load(),
+		Listening: rl.listening.Load()}
 }
 
 // listen opens the relay's own connection (not one of the pool's: it stays in LISTEN for good).
@@ -384,24 +405,60 @@ func (rl *Relay) listen(ctx context.Context) (*pgx.Conn, error) {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("outbox: listen: %w", err)
 	}
-	rl.listening.Store(true)
 	return conn, nil
 }
 
+// probe sends a notification of its own on the relay's channel through the pool (another
+// session) and reports whether conn hears it within listenProbeTimeout. Behind a transaction
+// pooler it does not: the LISTEN ran on a server connection the client gave back. The schema's
+// own notifications heard meanwhile wake the relay.
+func (rl *Relay) probe(ctx context.Context, conn *pgx.Conn) (heard bool, err error) {
+	token := "probe:" + newToken()
+	if _, err := rl.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, token); err != nil {
+		return false, fmt.Errorf("outbox: listen: probe: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, listenProbeTimeout)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		switch {
+		case err != nil && ctx.Err() == nil && pctx.Err() != nil:
+			return false, nil
+		case err != nil:
+			return false, err
+		case n.Payload == token:
+			return true, nil
+		case n.Payload == rl.cfg.Schema:
+			rl.wakeOne()
+		}
+	}
+}
+
+// listener wakes the relay on its schema's notifications, reconnecting when the connection
+// breaks. When the connection hears no notifications at all (its probe), the listener ends and
+// the relay polls every DeafPollInterval instead, which it logs once.
 func (rl *Relay) listener(conn *pgx.Conn) {
 	defer rl.wg.Done()
 	ctx := rl.stopCtx
 	for {
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				break
-			}
-			if n.Payload == rl.cfg.Schema {
+		heard, err := rl.probe(ctx, conn)
+		if err == nil && !heard {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			rl.cfg.Logger.WarnContext(ctx, "outbox: LISTEN hears no notifications on this connection "+
+				"(a transaction pooler, such as PgBouncer in transaction mode, between the relay and PostgreSQL?); "+
+				"polling for new rows instead", "schema", rl.cfg.Schema, "every", rl.pollInterval())
+			rl.wakeOne()
+			return
+		}
+		for err == nil {
+			rl.listening.Store(true)
+			var n *pgconn.Notification
+			if n, err = conn.WaitForNotification(ctx); err == nil && n.Payload == rl.cfg.Schema {
 				rl.wakeOne()
 			}
 		}
 		rl.listening.Store(false)
+		rl.wakeOne() // the feeder polls at the shorter interval meanwhile
 		_ = conn.Close(context.WithoutCancel(ctx))
 		if ctx.Err() != nil {
 			return
@@ -422,6 +479,17 @@ func (rl *Relay) listener(conn *pgx.Conn) {
 		}
 		rl.wakeOne() // notifications may have been missed meanwhile
 	}
+}
+
+// pollInterval is how often the idle relay looks for rows: PollInterval while its LISTEN
+// connection is up and heard its probe, else DeafPollInterval if that is shorter (at start
+// until the probe is heard, while the connection is down, and for good when LISTEN hears
+// nothing).
+func (rl *Relay) pollInterval() time.Duration {
+	if !rl.listening.Load() {
+		return min(rl.cfg.PollInterval, DeafPollInterval)
+	}
+	return rl.cfg.PollInterval
 }
 
 func (rl *Relay) wakeOne() {

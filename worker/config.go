@@ -134,16 +134,19 @@ type Config struct {
 	// are running, so that a handler that frees up finds its next messages received already
 	// instead of waiting for a ReceiveMessage round trip. A held message is covered as a running
 	// one is: its lease (visibility) is extended from its receive, it is released (visibility 0)
-	// at stop, and it never waits longer than MaxHold. 0 means Concurrency × HandlerBatch, grown
-	// with the pollers when they are sized too (Pollers 0): enough for the messages on their way
-	// from a distant SQS (see Pollers); negative means none (the worker then receives only for
-	// free handlers).
+	// at stop, and it waits at most MaxHold (with MaxPerGroup, see there). 0 means Concurrency ×
+	// HandlerBatch, grown with the pollers when they are sized too (Pollers 0): enough for the
+	// messages on their way from a distant SQS (see Pollers); negative means none (the worker
+	// then receives only for free handlers).
 	Prefetch int
 
 	// MaxHold is the longest a received message waits for a handler. A held message that has
 	// waited this long is released to the queue (visibility 0) and counted as Released; the check
 	// runs at each of its heartbeats, so the bound is MaxHold plus a third of the visibility
-	// timeout. 0 means DefaultMaxHold (30 s); negative is an error.
+	// timeout. With MaxPerGroup on a standard queue the wait counts from the later of the
+	// message's arrival and its group's last progress, is checked every 100 ms, and a message on
+	// its last receive is kept (see MaxPerGroup). 0 means DefaultMaxHold (30 s); negative is an
+	// error.
 	MaxHold time.Duration
 
 	// Pollers is the number of goroutines that call ReceiveMessage. 0 means sized by the worker:
@@ -162,16 +165,21 @@ type Config struct {
 	// MaxPerGroup is the most runners (handler calls, each a message or a batch) that the messages
 	// of one MessageGroupId may hold at once on a standard queue: a fair queue, where the group id
 	// names a tenant. A message over its group's cap waits for a runner, leased (its visibility
-	// extended as a held message's is) and at most MaxHold, while the messages of other groups go
-	// past it; a runner that frees takes the oldest waiting messages whose groups are under their
-	// caps, so one tenant's backlog cannot take every runner. A capped group's messages can fill
-	// the prefetch and wait about Concurrency/MaxPerGroup handler times; past MaxHold they are
-	// released, which costs them a receive, so keep that wait under MaxHold (raise MaxHold for
-	// slow handlers and a small cap). While a capped group's messages hold every slot and a runner
-	// is free, the worker still receives one message at a time, at most every 5 ms, holding up to
-	// max(Prefetch, BatchSize) messages beyond its slots, so that another group's message does not
-	// wait for a slot to free. Messages without a group id are not capped. Groups never order or
-	// halt one another on a standard queue: that is FIFO's rule,
+	// extended as a held message's is), while the messages of other groups go past it; a runner
+	// that frees takes the oldest waiting messages whose groups are under their caps, so one
+	// tenant's backlog cannot take every runner. While a capped group's messages hold every slot
+	// and a runner is free, the worker still receives one message at a time, at most every 5 ms,
+	// holding up to max(Prefetch, BatchSize) messages beyond its slots, so that another group's
+	// message does not wait for a slot to free; those receives can bring the capped group's own
+	// messages too, which then wait their turn behind all the others of it that the worker holds.
+	// A waiting message is kept while its group progresses (one of its runners finished, or it
+	// took one, within MaxHold), however long its turn takes: releasing it would cost it a
+	// receive, and, repeated, the DLQ. Only a group that made no progress for MaxHold (its handler
+	// stuck, or slower than MaxHold: raise MaxHold then) has its waiting messages released, to
+	// come back after as long as it has made none (at most 15 minutes); a message on its last
+	// receive (the queue's maxReceiveCount) is never released for waiting: it keeps its slot
+	// until it runs. Messages without a group id are not capped. Groups never order or halt one
+	// another on a standard queue: that is FIFO's rule,
 	// kept only on a .fifo queue, where MaxPerGroup has no effect (SQS runs one message of a
 	// group at a time there). A value of Concurrency or more caps nothing the worker would reach
 	// unless the concurrency grows (Concurrency 0). 0 (the default) means no cap; negative is an

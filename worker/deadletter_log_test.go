@@ -18,7 +18,8 @@ import (
 // TestLastReceiveLogsDeadLetter (every server that counts receives: fauxqs and the fake; GoAws
 // reports receive count 1 on every delivery): a message that always fails on a queue with
 // maxReceiveCount 2 is logged as "delivered again" after its first receive and as "dead-lettered
-// next" after its second, its last; then it is in the DLQ.
+// next" after its second, its last, with the delay as retry_in on the first and as dead_letter_in
+// (no retry_in) on the last; then it is in the DLQ.
 func TestLastReceiveLogsDeadLetter(t *testing.T) {
 	eachServer(t, needs(sqstest.ReceiveCount), func(t *testing.T, s *server) {
 		q := s.queue(t, sqstest.QueueOptions{Prefix: "lastrecv", MaxReceiveCount: 2})
@@ -38,14 +39,16 @@ func TestLastReceiveLogsDeadLetter(t *testing.T) {
 				Msg          string `json:"msg"`
 				ReceiveCount int    `json:"receive_count"`
 				MaxReceive   int    `json:"max_receive_count"`
+				RetryIn      string `json:"retry_in"`
+				DeadLetterIn string `json:"dead_letter_in"`
 			}
 			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "worker: message failed") {
-				got = append(got, fmt.Sprintf("%d/%d %s", rec.ReceiveCount, rec.MaxReceive, rec.Msg))
+				got = append(got, fmt.Sprintf("%d/%d retry_in=%q dead_letter_in=%q %s", rec.ReceiveCount, rec.MaxReceive, rec.RetryIn, rec.DeadLetterIn, rec.Msg))
 			}
 		}
 		want := []string{
-			"1/2 worker: message failed; it will be delivered again",
-			"2/2 worker: message failed on its last receive; it will be dead-lettered next",
+			`1/2 retry_in="0s" dead_letter_in="" worker: message failed; it will be delivered again`,
+			`2/2 retry_in="" dead_letter_in="0s" worker: message failed on its last receive; it will be dead-lettered next`,
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("failure lines:\n%s\nwant:\n%s\nlog:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), logs.String())

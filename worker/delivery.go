@@ -46,6 +46,7 @@ type engine struct {
 	del       *deleter
 	slots     *semaphore.Weighted
 	spare     *semaphore.Weighted // with Config.MaxPerGroup: the slots of probeFair's receives
+	fairHold  bool                // a fairQueue, not the leases, bounds the held deliveries' wait (expire)
 	held      atomic.Int64        // deliveries received and not yet taken by a runner
 	inFlight  atomic.Int64        // messages whose handlers run
 	pause     pauser
@@ -73,7 +74,11 @@ func (e *engine) receive(sm *types.Message, requested, arrived time.Time) *deliv
 	if d.refused == nil {
 		d.refused = offloadRefusal(m, e.cfg.Payloads)
 	}
-	d.lease = startLease(e.sw, m, e.vis, e.now, e.cfg.MaxHold)
+	maxHold := e.cfg.MaxHold
+	if e.fairHold {
+		maxHold = 0
+	}
+	d.lease = startLease(e.sw, m, e.vis, e.now, maxHold)
 	e.held.Add(1)
 	return d
 }
@@ -256,6 +261,7 @@ type disposition struct {
 	pause pauseEffect
 	done  bool       // the message is done (its FIFO group goes on)
 	lost  bool       // its lease was lost while it ran: counted in LeasesLost too
+	last  bool       // failed on its last receive: the delay is logged as dead_letter_in
 	level slog.Level // for the log line, if msg is set
 	msg   string
 	attrs []any
@@ -305,7 +311,7 @@ func (e *engine) dispose(m *Message, err, cause error) disposition {
 		d.msg = "worker: message failed; it will be delivered again"
 		if e.maxRecv > 0 && m.ReceiveCount >= e.maxRecv {
 			// SQS moves it to the DLQ instead of delivering it again once it is visible.
-			d.msg = "worker: message failed on its last receive; it will be dead-lettered next"
+			d.msg, d.last = "worker: message failed on its last receive; it will be dead-lettered next", true
 		}
 		d.attrs = []any{"receive_count", m.ReceiveCount, "max_receive_count", e.maxRecv, "error", err}
 	}
@@ -371,7 +377,11 @@ func (d *delivery) settle(err, cause error) {
 	if t.msg != "" {
 		attrs := append([]any{"message_id", d.m.ID}, t.attrs...)
 		if t.act == actRetry {
-			attrs = append(attrs, "retry_in", t.delay.Round(time.Second))
+			key := "retry_in"
+			if t.last {
+				key = "dead_letter_in" // not retried: SQS moves it to the DLQ once it is visible again
+			}
+			attrs = append(attrs, key, t.delay.Round(time.Second))
 		}
 		e.log.Log(context.Background(), t.level, t.msg, attrs...)
 	}

@@ -15,21 +15,30 @@ import (
 // batch has), so a group at its cap waits, leased, while the others go past it. It is where the
 // cap lives; the runners only ask it. It knows nothing of FIFO: on a standard queue a group id
 // names a tenant, and its messages have no order and never halt one another.
+//
+// It also decides how long its deliveries may wait (expire), instead of their leases: a capped
+// group's message waits for its group's turn, which may take many handler times and still come,
+// so its MaxHold counts from its group's last progress, not from its arrival.
 type fairQueue struct {
-	max int // runners one group may hold at once (Config.MaxPerGroup)
+	max     int           // runners one group may hold at once (Config.MaxPerGroup)
+	maxHold time.Duration // Config.MaxHold
 
 	mu      sync.Mutex
 	waiting []*delivery    // in arrival order
 	runners map[string]int // runners each group holds now
 	msgs    map[string]int // messages of each group those runners hold (the group's in-flight)
+	// last is, for each group holding runners or having held one within maxHold, when it last
+	// made progress: one of its runners finished, or it took a runner while it held none.
+	last    map[string]time.Time
 	closed  bool
 	changed chan struct{} // closed and replaced whenever a runner may find more to take
 
 	idle atomic.Int32 // runners waiting with nothing they may take: the pollers receive at once
 }
 
-func newFairQueue(maxPerGroup int) *fairQueue {
-	return &fairQueue{max: maxPerGroup, runners: map[string]int{}, msgs: map[string]int{}, changed: make(chan struct{})}
+func newFairQueue(maxPerGroup int, maxHold time.Duration) *fairQueue {
+	return &fairQueue{max: maxPerGroup, maxHold: maxHold, runners: map[string]int{}, msgs: map[string]int{},
+		last: map[string]time.Time{}, changed: make(chan struct{})}
 }
 
 // notify wakes the runners waiting for a change; q.mu must be held.
@@ -71,6 +80,9 @@ func (q *fairQueue) take(buf []*delivery, n int, charged []string) ([]*delivery,
 		case q.closed || slices.Contains(charged, g):
 			q.msgs[g]++
 		case q.runners[g] < q.max:
+			if q.runners[g] == 0 {
+				q.last[g] = time.Now() // its wait for progress starts with its first runner
+			}
 			q.runners[g]++
 			q.msgs[g]++
 			charged = append(charged, g)
@@ -103,7 +115,12 @@ func (q *fairQueue) done(ds []*delivery, charged []string) {
 			}
 		}
 	}
+	var now time.Time
+	if len(charged) > 0 {
+		now = time.Now()
+	}
 	for _, g := range charged {
+		q.last[g] = now // progress
 		if q.runners[g]--; q.runners[g] <= 0 {
 			delete(q.runners, g)
 		}
@@ -122,6 +139,71 @@ func (q *fairQueue) close() []*delivery {
 	q.waiting = nil
 	q.notify()
 	return ds
+}
+
+// fairReleaseMax is the longest a message released for its group's stall stays away (expire):
+// a group back from a stall of hours would otherwise wait as long again for those messages.
+const fairReleaseMax = 15 * time.Minute
+
+// heldRelease is deliveries that waited too long, to release to come back after a delay.
+type heldRelease struct {
+	ds    []*delivery
+	after time.Duration
+}
+
+// expire takes out of the queue, at now, the deliveries that are not to wait any longer, for the
+// caller to end: lost, those whose lease is lost (they will not run), and late, those that waited
+// maxHold, to release. A delivery's wait counts from its arrival or from its group's last
+// progress (last), whichever is later: a group at its cap whose runners keep finishing has its
+// messages kept, leased, however long their turn takes, since each release would spend a receive
+// and then the queue's maxReceiveCount, dead-lettering a message that only waited in the worker;
+// only a group that made no progress for maxHold (its handler stuck, or slower than maxHold) has
+// its waiting messages released. Those come back after as long as their group has made no
+// progress (at most fairReleaseMax), so that a group stuck for long is received again seldom; a
+// message whose group is under its cap (it waits for any runner) comes back at once. A message
+// on its last receive (lastReceive, the queue's maxReceiveCount, is positive and reached) is
+// never released: it would go to the DLQ without running. It waits, leased, until it runs.
+func (q *fairQueue) expire(now time.Time, lastReceive int) (lost []*delivery, late []heldRelease) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kept := q.waiting[:0]
+	var byGroup map[string]int // group -> its entry in late
+	for _, d := range q.waiting {
+		g := d.m.GroupID
+		from := d.arrived
+		if t, ok := q.last[g]; ok && g != "" && t.After(from) {
+			from = t
+		}
+		switch {
+		case d.lease != nil && d.lease.lostErr() != nil:
+			lost = append(lost, d)
+		case now.Sub(from) < q.maxHold, lastReceive > 0 && d.m.ReceiveCount >= lastReceive:
+			kept = append(kept, d)
+		default:
+			i, ok := byGroup[g]
+			if !ok {
+				var after time.Duration
+				if g != "" && q.runners[g] >= q.max {
+					after = min(now.Sub(q.last[g]), fairReleaseMax) // stalled: as long as it has been
+				}
+				if byGroup == nil {
+					byGroup = map[string]int{}
+				}
+				i = len(late)
+				byGroup[g] = i
+				late = append(late, heldRelease{after: after})
+			}
+			late[i].ds = append(late[i].ds, d)
+		}
+	}
+	clear(q.waiting[len(kept):])
+	q.waiting = kept
+	for g, t := range q.last {
+		if q.runners[g] == 0 && now.Sub(t) >= q.maxHold {
+			delete(q.last, g) // no longer decides any wait: the arrival is later, or maxHold passed
+		}
+	}
+	return lost, late
 }
 
 // OtherGroups is the name of the [GroupStat] that sums up the groups past the top ones. No
@@ -336,5 +418,33 @@ func (w *Worker) probeFair() {
 		}
 		fails = 0
 		w.dispatch(out.Messages, 1, requested, true)
+	}
+}
+
+// fairHoldEvery is how often holdFair looks for the fair queue's deliveries that are not to wait
+// any longer: the precision of MaxHold there, and the longest a delivery whose lease is lost
+// keeps its slot while no runner takes it.
+const fairHoldEvery = 100 * time.Millisecond
+
+// holdFair ends, every fairHoldEvery until the stop, the deliveries that the fair queue's expire
+// takes out: a lost lease's, not started, and the late ones, released. Each gives back its slot
+// at once, so the pollers (and probeFair) go on receiving for a free runner.
+func (w *Worker) holdFair() {
+	ctx := w.life.StopContext()
+	t := time.NewTicker(fairHoldEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		lost, late := w.fair.expire(time.Now(), w.e.maxRecv)
+		for _, d := range lost {
+			d.notStarted()
+		}
+		for _, r := range late {
+			releaseAllAfter(r.ds, r.after)
+		}
 	}
 }

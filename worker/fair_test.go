@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsinbox/sqsinbox/harness/sqstest"
 	"github.com/sqsinbox/sqsinbox/worker"
@@ -373,4 +376,130 @@ func TestRunBatchStandardQueueNoHalting(t *testing.T) {
 			t.Errorf("queue %q: second message's result %v; halted %v, want %v", tc.queue, res[1], got, tc.halted)
 		}
 	}
+}
+
+// TestMaxPerGroupHealthyTenantKept (fake; AWS too): one tenant alone, MaxPerGroup 1, Concurrency
+// 2, Prefetch 1, a healthy 0.5 s handler, MaxHold 2 s, maxReceiveCount 2, 30 messages (a
+// visibility timeout of 3 s: a heartbeat a second). The tenant holds every slot while the second
+// runner is free, so the worker receives for that runner into its spare pool and gets the
+// tenant's own messages, which wait their turn for up to 12 handler times, far past MaxHold. The
+// tenant progresses all along, so none of them is released for waiting (each release spends a
+// receive, and the second one dead-letters the message): every message runs exactly once, on its
+// first receive, and the DLQ stays empty.
+func TestMaxPerGroupHealthyTenantKept(t *testing.T) {
+	eachServer(t, needs(sqstest.FairGroups), func(t *testing.T, s *server) {
+		const n = 30
+		b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second, MaxReceiveCount: 2})
+		b.send(t, grouped("a", n))
+		var again atomic.Int32 // runs on a later receive than the first
+		c := newGroupCounter(func(ctx context.Context, m *worker.Message) error {
+			if m.ReceiveCount != 1 {
+				again.Add(1)
+			}
+			select {
+			case <-time.After(500 * time.Millisecond): // the work
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 2, Prefetch: 1, MaxPerGroup: 1,
+			MaxHold: 2 * time.Second, Handler: c})
+		b.waitDeleted(t, 120*time.Second)
+		workertest.Stop(t, w)
+		for i := range n {
+			if r := c.runs(fmt.Sprintf("a-%d", i)); r != 1 {
+				t.Errorf("a-%d ran %d times, want 1", i, r)
+			}
+		}
+		if dead, err := sqstest.Count(t.Context(), s.client, b.dlq); err != nil || dead != 0 {
+			t.Errorf("%d messages in the DLQ (err %v); want none: a message must not be dead-lettered for waiting in the worker", dead, err)
+		}
+		if k := again.Load(); k != 0 {
+			t.Errorf("%d messages ran on a later receive: released for waiting while their tenant progressed", k)
+		}
+		if most := c.mostAtOnce("a"); most != 1 {
+			t.Errorf("group a held %d runners at once; MaxPerGroup is 1", most)
+		}
+	})
+}
+
+// TestMaxPerGroupStuckTenantReleased (fake; AWS too): tenant a's handler is stuck (MaxPerGroup 1,
+// Concurrency 2, Prefetch 1, MaxHold 3 s) and its other 12 messages fill the slots and the spare
+// pool, waiting over the cap, while the second runner is free. Once a has made no progress for
+// MaxHold they are released and give back their slots (State().Held falls to 0), the worker
+// keeps receiving, and b's only message, sent behind a's backlog, runs on the free runner while
+// a is still stuck. Every message runs exactly once in the end.
+func TestMaxPerGroupStuckTenantReleased(t *testing.T) {
+	eachServer(t, needs(sqstest.FairGroups), func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{})
+		b.send(t, grouped("a", 13))
+		release := make(chan struct{})
+		ranB := make(chan struct{})
+		c := newGroupCounter(func(ctx context.Context, m *worker.Message) error {
+			if m.GroupID == "b" {
+				close(ranB)
+				return nil
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		rc := &receiveCounter{client: s.client}
+		w := workertest.Start(t, rc, &worker.Config{QueueURL: b.url, Concurrency: 2, Prefetch: 1, MaxPerGroup: 1,
+			MaxHold: 3 * time.Second, WaitTime: time.Second, Handler: c})
+		released := false
+		defer func() {
+			if !released {
+				close(release)
+			}
+			workertest.Stop(t, w)
+		}()
+		sqstest.WaitFor(t, 30*time.Second, "a's 12 other messages held over the cap", func() (bool, string) {
+			st := w.State()
+			return st.Held == 12, fmt.Sprintf("held %d", st.Held)
+		})
+		b.send(t, grouped("b", 1))
+		sawZero := false
+		sqstest.WaitFor(t, 30*time.Second, "b-0 run and a's held messages released while a is stuck", func() (bool, string) {
+			st := w.State()
+			sawZero = sawZero || st.Held == 0
+			select {
+			case <-ranB:
+				return sawZero, fmt.Sprintf("b-0 ran; held %d, never 0 yet", st.Held)
+			default:
+				return false, fmt.Sprintf("b-0 not run; held %d (0 seen: %v)", st.Held, sawZero)
+			}
+		})
+		calls := rc.n.Load()
+		sqstest.WaitFor(t, 30*time.Second, "more receives while a is stuck", func() (bool, string) {
+			got := rc.n.Load()
+			return got > calls+1, fmt.Sprintf("%d receives, %d before", got, calls)
+		})
+		released = true
+		close(release)
+		b.waitDeleted(t, 60*time.Second)
+		for i := range 13 {
+			if r := c.runs(fmt.Sprintf("a-%d", i)); r != 1 {
+				t.Errorf("a-%d ran %d times, want 1", i, r)
+			}
+		}
+		if most := c.mostAtOnce("a"); most != 1 {
+			t.Errorf("group a held %d runners at once; MaxPerGroup is 1", most)
+		}
+	})
+}
+
+// receiveCounter is a server's client that counts the ReceiveMessage calls made through it.
+type receiveCounter struct {
+	client
+	n atomic.Int64
+}
+
+func (c *receiveCounter) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	c.n.Add(1)
+	return c.client.ReceiveMessage(ctx, in, optFns...)
 }

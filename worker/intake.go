@@ -299,6 +299,7 @@ func (w *Worker) dispatch(received []types.Message, slots int, requested time.Ti
 		return
 	}
 	if w.fair != nil {
+		w.noteGroupless(ds)
 		w.fair.put(ds)
 		return
 	}

@@ -133,7 +133,9 @@ func (f batchFunc) HandleBatch(ctx context.Context, b *Batch) []error {
 // come back full and the runners have less than half a round of batches waiting, stay while less
 // than a round waits, and fall back to the law's count once a whole round waits; receives that
 // come back short (no backlog) never grow them, and those less than half full on average (a light
-// load) let them fall to the floor. And the round trip they are sized from is the
+// load) let them fall to the floor; a growth that did not raise the receive rate by a tenth is
+// the last until the rate rises past that, and feed adds none past 4 rounds on their way. And the
+// round trip they are sized from is the
 // fastest receive, drifting up 1% a look.
 func TestSizerFeed(t *testing.T) {
 	t.Parallel()
@@ -153,9 +155,34 @@ func TestSizerFeed(t *testing.T) {
 		{"a round waiting", 4, 10, 100, 100, 4},
 		{"a round waiting, law asks more", 12, 10, 100, 100, 12},
 	} {
-		if got := s.feed(tc.floor, 10, tc.calls, tc.msgs, tc.held); got != tc.want {
+		if got := s.feed(tc.floor, 10, tc.calls, tc.msgs, tc.held, 0); got != tc.want {
 			t.Errorf("%s: feed = %d, want %d", tc.name, got, tc.want)
 		}
+	}
+	// A growth that did not raise the receive rate by a tenth is the last until it rises past
+	// that: the server is the limit, and more pollers would only hold more messages.
+	s.pollers.Store(8)
+	for i, tc := range []struct {
+		rate float64
+		want int
+	}{{1000, 9}, {1050, 8}, {1090, 8}, {1200, 9}, {1300, 8}} {
+		if got := s.feed(4, 10, 10, 100, 20, tc.rate); got != tc.want {
+			t.Errorf("look %d, %v messages received a second: feed = %d, want %d", i, tc.rate, got, tc.want)
+		}
+	}
+	// At most feedRounds rounds on their way: 8 pollers of 10 for 2 runners of 10 is 4 rounds.
+	s.fedRate = 0
+	if got := s.feed(4, 2, 10, 100, 5, 0); got != 8 {
+		t.Errorf("4 rounds on their way: feed = %d, want 8 (no more)", got)
+	}
+	if got := s.feed(12, 2, 10, 100, 5, 0); got != 12 {
+		t.Errorf("4 rounds on their way, law asks more: feed = %d, want 12", got)
+	}
+	if got := s.feed(4, 10, 10, 100, 100, 1300); got != 4 {
+		t.Errorf("a round waiting after a growth stopped: feed = %d, want 4", got)
+	}
+	if got := s.feed(4, 10, 10, 100, 20, 500); got != 9 {
+		t.Errorf("the runners short again, at a lower rate: feed = %d, want 9 (a new episode grows)", got)
 	}
 	s.receiveTook(30*time.Millisecond, 10)
 	s.receiveTook(20*time.Millisecond, 10)

@@ -41,7 +41,7 @@ type lease struct {
 	vis time.Duration    // each extension's length
 	now func() time.Time // the clock of the 12-hour cap
 
-	maxHold   time.Duration // how long the message may wait for its handler (Config.MaxHold)
+	maxHold   time.Duration // how long the message may wait for its handler (Config.MaxHold); 0: the fair queue decides
 	heldSince time.Time
 
 	mu         sync.Mutex

@@ -73,12 +73,19 @@ func (e *DeadLetterError) Error() string {
 
 func (e *DeadLetterError) Unwrap() error { return e.Err }
 
+// QueueReader is the part of [SQSClient] that reads a queue's URL and attributes: what
+// [DescribeQueue] needs, so that a tool that must change nothing can hold a client that cannot.
+type QueueReader interface {
+	GetQueueUrl(ctx context.Context, params *sqs.GetQueueUrlInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	GetQueueAttributes(ctx context.Context, params *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
 // DescribeQueue reads what a worker learns about a queue at start: its attributes and, when it
 // has a redrive policy, its dead-letter queue's retention. queue is a queue URL, or a name that
 // is looked up with GetQueueUrl. A dead-letter queue whose retention cannot be read gives a
 // *[DeadLetterError] (with the rest of the Queue filled in). Operators' tools use it to check a
 // purge against [Queue.RedeliveryHorizon].
-func DescribeQueue(ctx context.Context, client SQSClient, queue string, optFns ...func(*sqs.Options)) (*Queue, error) {
+func DescribeQueue(ctx context.Context, client QueueReader, queue string, optFns ...func(*sqs.Options)) (*Queue, error) {
 	url, name := queue, ""
 	if !strings.Contains(queue, "/") {
 		url, name = "", queue
@@ -99,7 +106,7 @@ func DescribeQueue(ctx context.Context, client SQSClient, queue string, optFns .
 }
 
 // loadDeadLetter reads the dead-letter queue's retention into q, if q has one.
-func (q *Queue) loadDeadLetter(ctx context.Context, c SQSClient, opt func(*sqs.Options)) error {
+func (q *Queue) loadDeadLetter(ctx context.Context, c QueueReader, opt func(*sqs.Options)) error {
 	if q.DeadLetterTargetARN == "" {
 		return nil
 	}
@@ -111,7 +118,7 @@ func (q *Queue) loadDeadLetter(ctx context.Context, c SQSClient, opt func(*sqs.O
 	return nil
 }
 
-func loadQueue(ctx context.Context, c SQSClient, url, name string, opt func(*sqs.Options)) (*Queue, error) {
+func loadQueue(ctx context.Context, c QueueReader, url, name string, opt func(*sqs.Options)) (*Queue, error) {
 	if url == "" {
 		out, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)}, opt)
 		if err != nil {
@@ -137,7 +144,7 @@ func loadQueue(ctx context.Context, c SQSClient, url, name string, opt func(*sqs
 	return q, nil
 }
 
-func queueAttributes(ctx context.Context, c SQSClient, url string, opt func(*sqs.Options)) (map[string]string, error) {
+func queueAttributes(ctx context.Context, c QueueReader, url string, opt func(*sqs.Options)) (map[string]string, error) {
 	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
@@ -149,7 +156,7 @@ func queueAttributes(ctx context.Context, c SQSClient, url string, opt func(*sqs
 }
 
 // deadLetterRetention reads the retention of the queue named by arn, in the same account.
-func deadLetterRetention(ctx context.Context, c SQSClient, arn string, opt func(*sqs.Options)) (time.Duration, error) {
+func deadLetterRetention(ctx context.Context, c QueueReader, arn string, opt func(*sqs.Options)) (time.Duration, error) {
 	parts := strings.Split(arn, ":")
 	if len(parts) < 6 {
 		return 0, fmt.Errorf("worker: malformed dead-letter queue ARN %q", arn)

@@ -103,6 +103,8 @@ type sizer struct {
 	runWake    chan struct{} // closed and replaced when the runner count grows (under wakeMu)
 	runStarted int           // runner goroutines started (under wakeMu)
 	best       float64       // the lowest handler seconds per message seen, drifting up 1% a look
+
+	fedRate float64 // messages received per second when feed last grew the pollers (0: not growing)
 }
 
 // newSizer sizes the worker's pollers and capacity from c (its defaults filled in); the auto
@@ -278,7 +280,7 @@ func (s *sizer) run(ctx context.Context, e *engine) {
 				pollers = 1
 			case s.auto && calls > lastCalls:
 				rate, c, m := float64(settled-lastSettled)/window, calls-lastCalls, msgs-lastMsgs
-				pollers = s.feed(s.want(rate, s.roundTrip(), s.floor(c, m)), runners, c, m, e.held.Load())
+				pollers = s.feed(s.want(rate, s.roundTrip(), s.floor(c, m)), runners, c, m, e.held.Load(), float64(m)/window)
 			}
 			if s.autoRun && ran > lastRun {
 				runners = s.wantRunners(runners, time.Duration(busy-lastBusy).Seconds(), int(ran-lastRun), window, e.held.Load())
@@ -341,19 +343,36 @@ func (s *sizer) roundTrip() float64 {
 // (an emulator on the worker's cores). While the receives since the last look came back full (the
 // queue has a backlog) and fewer than half a round of batches (runners × HandlerBatch) is waiting
 // for the runners, more pollers are wanted; while a whole round is waiting, the runners are the
-// limit and the pollers may fall back towards the floor; in between they stay.
-func (s *sizer) feed(floor, runners int, calls, msgs, held int64) int {
+// limit and the pollers may fall back towards the floor; in between they stay. It grows them
+// only while growing pays, and only up to feedRounds rounds of batches on their way: once a growth
+// did not raise the messages received per second (rate) by a tenth, the server is the limit (an
+// emulator on the worker's cores, or one still warming up), and more pollers would only hold more
+// messages the runners cannot take yet (each poller's receive brings BatchSize, and they arrive
+// together once the server catches up); they stay until the rate rises past that mark. A far
+// server needs more on their way than that: Little's law (floor) asks for them.
+func (s *sizer) feed(floor, runners int, calls, msgs, held int64, rate float64) int {
 	cur := int(s.pollers.Load())
 	round := int64(runners * s.handler)
 	full := msgs*10 >= calls*int64(s.batch)*9
+	grow := full && held < round/2
+	if !grow {
+		s.fedRate = 0
+	}
 	switch {
-	case full && held < round/2:
+	case grow && (s.fedRate > 0 && rate < 1.1*s.fedRate || int64(cur*s.batch) >= feedRounds*round):
+		return max(floor, cur)
+	case grow:
+		s.fedRate = rate
 		return max(floor, cur+1)
 	case held < round && !s.light(calls, msgs):
 		return max(floor, cur)
 	}
 	return floor
 }
+
+// feedRounds is how many rounds of batches (runners × HandlerBatch) the pollers that feed adds
+// may have on their way at most.
+const feedRounds = 4
 
 // lightPollers is the fewest pollers the sizer runs while messages arrive slower than its
 // receives take them (see [sizer.floor]).

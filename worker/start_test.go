@@ -127,7 +127,7 @@ func TestStartAndStopLogOneLineEach(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, want := range [][]string{
-			{"worker: started", "queue=" + strings.TrimPrefix(b.url[strings.LastIndex(b.url, "/"):], "/"), "concurrency=7", "visibility_timeout=45s", "redelivery_horizon=336h0m0s", "max_receive_count=3"},
+			{"worker: started", "queue=" + strings.TrimPrefix(b.url[strings.LastIndex(b.url, "/"):], "/"), "concurrency=7", "visibility_timeout=45s", "handler_timeout=", "max_hold=", "shutdown_timeout=", "redelivery_horizon=336h0m0s", "max_receive_count=3"},
 			{"worker: stopped", "released=", "deleted_during_stop="},
 		} {
 			if n := countLines(&log, want...); n != 1 {

@@ -80,6 +80,8 @@ type Worker struct {
 	pendingMu sync.Mutex
 	pending   map[*group]struct{} // FIFO groups with deliveries not yet started
 
+	groupless grouplessWatch // with MaxPerGroup: warns once when the messages carry no group id
+
 	pollers sync.WaitGroup
 	runners sync.WaitGroup
 }
@@ -179,12 +181,17 @@ func (w *Worker) start(ctx context.Context) error {
 	w.e.sw = &sqsWriter{client: w.client, opt: w.opt, url: q.URL, fifo: q.FIFO, metrics: w.e.metrics, log: log, base: base}
 	w.e.del = newDeleter(w.e.sw, w.cfg.DeleteInterval, w.size.maxCap)
 	if w.cfg.MaxPerGroup > 0 && !q.FIFO {
-		w.fair = newFairQueue(w.cfg.MaxPerGroup)
+		w.fair = newFairQueue(w.cfg.MaxPerGroup, w.cfg.MaxHold)
 		w.e.spare = semaphore.NewWeighted(int64(max(w.cfg.Prefetch, w.cfg.BatchSize)))
-		w.pollers.Add(1)
+		w.e.fairHold = true
+		w.pollers.Add(2)
 		go func() {
 			defer w.pollers.Done()
 			w.probeFair()
+		}()
+		go func() {
+			defer w.pollers.Done()
+			w.holdFair()
 		}()
 		if gm, ok := w.e.metrics.(GroupMetrics); ok {
 			w.pollers.Add(1)
@@ -214,7 +221,8 @@ func (w *Worker) start(ctx context.Context) error {
 	}()
 	attrs := []any{"concurrency", w.cfg.Concurrency, "handler_batch", w.cfg.HandlerBatch, "prefetch", max(w.cfg.Prefetch, 0),
 		"max_per_group", w.cfg.MaxPerGroup, "max_concurrency", w.size.maxR, "pollers", w.cfg.Pollers, "max_pollers", w.size.maxP, "fifo", q.FIFO,
-		"visibility_timeout", vis, "redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
+		"visibility_timeout", vis, "handler_timeout", w.cfg.HandlerTimeout, "max_hold", w.cfg.MaxHold, "shutdown_timeout", w.cfg.ShutdownTimeout,
+		"redelivery_horizon", q.RedeliveryHorizon(), "max_receive_count", q.MaxReceiveCount}
 	if lv, ok := w.cfg.Handler.(slog.LogValuer); ok {
 		attrs = append(attrs, "handler", lv)
 	}

@@ -1,12 +1,14 @@
-// Package workerapp is the process plumbing of an inbox worker program on ECS or EC2, for your
-// main: configuration from the environment, JSON logs, Prometheus metrics and health endpoints,
-// the `migrate` and `healthcheck` subcommands, and a worker that runs until SIGTERM or SIGINT and
-// then stops within ECS's stop timeout. Your main is one call to [Main] with a [Spec] (your
-// handler's name, your migrations, your handler); the examples (examples/warehouse, loyalty,
-// payments) and the README's first worker (examples/firstworker) are built this way, and
-// terraform/examples/ecs-worker runs such a program. Programs that want their own plumbing use
-// worker, inbox and inboxhandler directly; docs/deploying.md says what such a main must do to run
-// in that task definition.
+// Package workerapp is the supported way to build an inbox worker program for ECS or EC2: your
+// main is one call to [Main] with a [Spec] (your handler's name, your migrations, your handler,
+// and your worker settings if the defaults do not fit), and workerapp does the rest: the
+// configuration from the environment (the database, the queue, the worker's settings), JSON logs,
+// Prometheus metrics and health endpoints, the `migrate`, `healthcheck` and `doctor` subcommands
+// (doctor: package doctor's checks against the program's own settings), and a worker that runs
+// until SIGTERM or SIGINT and then stops within ECS's stop timeout.
+// terraform/examples/ecs-worker runs such a program; the README's first worker
+// (examples/firstworker) and the examples (examples/warehouse, loyalty, payments) are built this
+// way. Programs that want their own plumbing use worker, inbox and inboxhandler directly;
+// docs/deploying.md says what such a main must do to run in that task definition.
 //
 // # The environment (the contract of a program built with Main)
 //
@@ -24,8 +26,24 @@
 //	HEALTH_ADDR     serve /livez and /readyz at HEALTH_ADDR (default: none)
 //	AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_PROFILE, ...: the standard AWS configuration
 //
-// `PROGRAM -h` prints the same. The worker's settings are the worker package's defaults (see
-// [Options].Worker to change them); the shutdown budget is [StopTimeout] then [HardStopTimeout].
+// # Worker settings
+//
+// The worker's settings are the worker package's defaults, changed in code by [Spec].Worker and
+// then by these variables, which override the code (durations in Go syntax: "30s", "5m"):
+//
+//	CONCURRENCY         worker.Config.Concurrency (default 10)
+//	MAX_PER_GROUP       worker.Config.MaxPerGroup (default 0: no cap)
+//	HANDLER_BATCH       worker.Config.HandlerBatch, 1 to 20 (default 10)
+//	PREFETCH            worker.Config.Prefetch; 0 means none (default: CONCURRENCY x HANDLER_BATCH)
+//	VISIBILITY_TIMEOUT  worker.Config.VisibilityTimeout, whole seconds (default: the queue's)
+//	HANDLER_TIMEOUT     worker.Config.HandlerTimeout (default 5m)
+//	SHUTDOWN_TIMEOUT    worker.Config.ShutdownTimeout (default 20s, [StopTimeout])
+//	MAX_HOLD            worker.Config.MaxHold (default 30s)
+//
+// A value that does not parse, or that the worker would refuse, stops the program at start with
+// an error that names the variable (`CONCURRENCY="abc": not a whole number`). The worker's
+// `worker: started` log line shows every effective value. `PROGRAM -h` prints all of this. The
+// shutdown budget is the ShutdownTimeout, then [HardStopTimeout].
 package workerapp
 
 import (
@@ -39,6 +57,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -56,19 +75,26 @@ const (
 	HardStopTimeout = worker.HardStopTimeout
 )
 
-// DefaultConcurrency is the number of handler calls a program runs at once unless
-// Options.Worker says otherwise: the worker's own default. For the inbox handler each call is a
+// DefaultConcurrency is the number of handler calls a program runs at once unless [Spec].Worker
+// or CONCURRENCY says otherwise: the worker's own default. For the inbox handler each call is a
 // batch of up to worker.DefaultHandlerBatch messages, a transaction on a connection of its own.
 const DefaultConcurrency = worker.DefaultConcurrency
 
 // Spec describes one worker program.
 type Spec struct {
-	// Name is the example's name: its handler name in the inbox and its default queue name.
+	// Name is the program's name: its handler's name in the inbox, its default queue name, and
+	// the prefix of its log lines.
 	Name string
-	// Migrate applies the example's own migrations (the inbox's are applied first).
+	// Migrate applies the program's own migrations (the inbox's are applied first). nil means
+	// none.
 	Migrate func(ctx context.Context, pool *pgxpool.Pool) ([]int, error)
 	// Handler builds the worker's handler.
 	Handler func(ctx context.Context, d *Deps) (worker.Handler, error)
+	// Worker, when set, changes the worker's settings in code (Concurrency, MaxPerGroup,
+	// VisibilityTimeout, ...). The environment's worker settings (CONCURRENCY, ...; see the
+	// package's doc) override what it sets. The queue, Handler, Logger, Metrics and Payloads are
+	// workerapp's to fill unless it sets them. nil keeps the defaults.
+	Worker func(*worker.Config)
 }
 
 // Deps is what [Spec.Handler] gets to build a handler with.
@@ -76,7 +102,7 @@ type Deps struct {
 	Pool   *pgxpool.Pool
 	Inbox  *inbox.Inbox
 	Logger *slog.Logger
-	// Getenv reads the example's environment.
+	// Getenv reads the program's environment.
 	Getenv func(string) string
 
 	mu     sync.Mutex
@@ -109,14 +135,17 @@ type Options struct {
 	Getenv func(string) string
 	// Logger receives the logs. nil means slog.Default().
 	Logger *slog.Logger
-	// Worker is the template of the worker's configuration: QueueURL, QueueName, Handler and
-	// Logger are filled in. Zero fields get the worker's defaults.
+	// Worker is the template of the worker's configuration, before [Spec].Worker and the
+	// environment's worker settings: QueueURL, QueueName, Handler and Logger are filled in. Zero
+	// fields get the worker's defaults.
 	Worker worker.Config
 	// Started, when set, is called once the worker runs.
 	Started func(*worker.Worker)
+	// Stdout receives the report of `doctor`. nil means os.Stdout.
+	Stdout io.Writer
 }
 
-// Main runs the example as a process: it reads os.Args and the environment, logs JSON lines to
+// Main runs the program as a process: it reads os.Args and the environment, logs JSON lines to
 // stderr, stops on SIGTERM or SIGINT, and exits non-zero on failure.
 func Main(spec Spec) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -153,11 +182,14 @@ var (
 )
 
 func usage(name string) string {
-	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck]
+	return fmt.Sprintf(`usage: %[1]s [migrate | healthcheck | doctor [--json] [--strict] [--no-sns] [--no-kms]]
 
-  %[1]s migrate       apply the inbox's migrations and the example's own, then exit
+  %[1]s migrate       apply the inbox's migrations and this program's own, then exit
   %[1]s healthcheck   ask the running worker's /livez (HEALTH_ADDR, else METRICS_ADDR);
                   exit 0 if it is alive: ECS's container health check, without curl
+  %[1]s doctor        check the queue, its DLQ and subscriptions, and the database against
+                  this program's settings; change nothing; exit 1 on an error (--strict:
+                  on a warning too), --json for a pipeline
   %[1]s               run the worker until SIGTERM or SIGINT, then stop gracefully
 
 environment:
@@ -178,10 +210,12 @@ environment:
   SQSINBOX_PAYLOAD_MAX_BYTES  the largest payload fetched (default 67108864, 64 MiB)
   AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_S3, AWS_PROFILE, ...: the standard AWS
                   configuration
-`, name)
+
+worker settings (they override the program's own; durations in Go syntax: 30s, 5m, 1h30m):
+`, name) + settingsUsage()
 }
 
-// Run runs the example until ctx ends (the worker), or until the migrations are applied
+// Run runs the program until ctx ends (the worker), or until the migrations are applied
 // (`migrate`). A worker whose ctx ends while it is still starting (ECS stops a task that has
 // not come up yet) has processed nothing: Run logs what the stop interrupted and returns nil.
 // An interrupted `migrate` returns its error, since the migrations may not all be applied.
@@ -203,6 +237,8 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 		migrateOnly = true
 	case len(o.Args) == 1 && o.Args[0] == "healthcheck":
 		return healthcheck(ctx, getenv)
+	case len(o.Args) >= 1 && o.Args[0] == "doctor":
+		return runDoctor(ctx, spec, o, getenv, o.Args[1:])
 	case len(o.Args) == 1 && (o.Args[0] == "-h" || o.Args[0] == "--help" || o.Args[0] == "help"):
 		return errHelp
 	default:
@@ -217,10 +253,11 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 		}
 	}()
 
-	concurrency := cmp.Or(o.Worker.Concurrency, DefaultConcurrency)
-	wc := o.Worker
-	wc.QueueURL = cmp.Or(wc.QueueURL, getenv("QUEUE_URL"))
-	wc.QueueName = cmp.Or(wc.QueueName, getenv("QUEUE_NAME"), spec.Name)
+	// The settings first: a bad one is reported before anything is started or connected.
+	wc, err := spec.workerConfig(o.Worker, getenv)
+	if err != nil {
+		return err
+	}
 	// The health checks are served from the start, so that a worker waiting for its database is
 	// alive (and not ready) to ECS.
 	var health *healthSwitch // none for `migrate`
@@ -240,7 +277,7 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	// setting is reported before anything else starts; one that cannot be reached is waited for.
 	var pool *pgxpool.Pool
 	if err := wait.do(ctx, "connect", func(ctx context.Context) (err error) {
-		pool, err = Connect(ctx, getenv, int32(concurrency+2))
+		pool, err = Connect(ctx, getenv, int32(wc.Concurrency+2))
 		return err
 	}); err != nil {
 		return err
@@ -270,8 +307,6 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	}
 	wc.Handler = h
 	wc.Logger = log
-	wc.Concurrency = concurrency
-	wc.ShutdownTimeout = cmp.Or(wc.ShutdownTimeout, StopTimeout)
 	if wc.Payloads == nil {
 		if wc.Payloads, err = payloadReader(awsCfg, getenv); err != nil {
 			return err
@@ -303,12 +338,13 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 
 	<-ctx.Done()
 	log.Info(spec.Name+": stopping", "cause", context.Cause(ctx))
-	return stopWorker(w, log)
+	return stopWorker(w, wc.ShutdownTimeout, log)
 }
 
-// stopWorker stops w gracefully, and then hard if that takes too long.
-func stopWorker(w *worker.Worker, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout+HardStopTimeout/2)
+// stopWorker stops w gracefully, letting its handlers run for shutdownTimeout (its
+// Config.ShutdownTimeout), and then hard if that takes too long.
+func stopWorker(w *worker.Worker, shutdownTimeout time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout+HardStopTimeout/2)
 	defer cancel()
 	err := w.Stop(ctx)
 	if err == nil {
@@ -326,7 +362,7 @@ func migrateAll(ctx context.Context, spec Spec, pool *pgxpool.Pool, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	log.Info("inbox migrations applied", "schema", inbox.DefaultSchema, "versions", v)
+	logMigrated(log, "inbox", v, "schema", inbox.DefaultSchema)
 	if spec.Migrate == nil {
 		return nil
 	}
@@ -334,6 +370,6 @@ func migrateAll(ctx context.Context, spec Spec, pool *pgxpool.Pool, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	log.Info(spec.Name+" migrations applied", "versions", v)
+	logMigrated(log, spec.Name, v)
 	return nil
 }

@@ -23,12 +23,12 @@ import (
 	"github.com/sqsinbox/sqsinbox/workerapp"
 )
 
-// The tests run workerapp.Run as an example's main does, against real servers (exampletest).
+// The tests run workerapp.Run as a program's main does, against real servers (exampletest).
 var srv exampletest.Servers
 
 func TestMain(m *testing.M) { exampletest.Main(m, "app", &srv) }
 
-// spec is an example whose handler does nothing.
+// spec is a program whose handler does nothing.
 var spec = workerapp.Spec{Name: "apptest", Handler: func(context.Context, *workerapp.Deps) (worker.Handler, error) {
 	return worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil }), nil
 }}
@@ -39,7 +39,7 @@ func env(vars map[string]string) func(string) string {
 }
 
 // TestRefusesWithoutDatabase: with neither DATABASE_URL nor a PG* variable that says where the
-// database is, the example refuses to start and says what to set, before it connects anywhere.
+// database is, the program refuses to start and says what to set, before it connects anywhere.
 func TestRefusesWithoutDatabase(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -273,7 +273,7 @@ func TestHealthcheckSubcommand(t *testing.T) {
 }
 
 // TestStopWhileStarting (GoAws or fauxqs, and PostgreSQL): a stop that comes while the worker is
-// still starting (here: as the example builds its handler, before the queue is looked up) ends
+// still starting (here: as the program builds its handler, before the queue is looked up) ends
 // Run with nil, since nothing was processed, and the message waiting in the queue stays there
 // for the next worker. An interrupted `migrate` still reports its error.
 func TestStopWhileStarting(t *testing.T) {

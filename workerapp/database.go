@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqsinbox/sqsinbox/internal/core/pooler"
 )
 
 // ErrNoDatabase is returned when nothing says where the database is. Without DATABASE_URL or a
@@ -46,7 +48,10 @@ func ConnString(getenv func(string) string) (string, error) {
 // pool_max_conns (0 keeps the driver's default), and checks that the server accepts a
 // connection. A refusal by the server (a wrong password, an unknown role, a missing database)
 // is reported with what PostgreSQL said and its SQLSTATE; a server that does not answer is
-// reported as unreachable. Either error names the server, database and user.
+// reported as unreachable. Either error names the server, database and user. Behind a
+// transaction pooler (PgBouncer in transaction mode, RDS Proxy), when the connection string sets
+// no default_query_exec_mode, the pool uses cache_describe instead of pgx's default, which fails
+// there (see poolerSafe).
 func Connect(ctx context.Context, getenv func(string) string, maxConns int32) (*pgxpool.Pool, error) {
 	conn, err := ConnString(getenv)
 	if err != nil {
@@ -72,7 +77,34 @@ func Connect(ctx context.Context, getenv func(string) string, maxConns int32) (*
 		pool.Close()
 		return nil, connectError(pcfg, err)
 	}
-	return pool, nil
+	return poolerSafe(pctx, pool, pcfg, conn)
+}
+
+// poolerSafe returns pool, or, when the connection string sets no query mode and the pool
+// reaches PostgreSQL through a transaction pooler (PgBouncer in transaction mode, RDS Proxy),
+// a pool like it in query mode cache_describe: pgx's default, cache_statement, fails there
+// (prepared statements used on another server connection). On a direct connection the default
+// stays, which is the fastest. A mode set in the URL is kept; the inbox's start-up check
+// refuses one that fails behind the pooler, naming the fix.
+func poolerSafe(ctx context.Context, pool *pgxpool.Pool, pcfg *pgxpool.Config, conn string) (*pgxpool.Pool, error) {
+	if strings.Contains(conn, "default_query_exec_mode") || pooler.ModeSafe(pcfg.ConnConfig.DefaultQueryExecMode) {
+		return pool, nil
+	}
+	behind, err := pooler.Detect(ctx, pcfg.ConnConfig)
+	if err != nil {
+		pool.Close()
+		return nil, connectError(pcfg, err)
+	}
+	if !behind {
+		return pool, nil
+	}
+	pool.Close()
+	pcfg.ConnConfig.DefaultQueryExecMode = pooler.SafeMode
+	safe, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("database %s: %w", where(pcfg), err)
+	}
+	return safe, nil
 }
 
 // where names the server, database and user of pcfg.

@@ -37,6 +37,29 @@ func (d *dbFlags) register(fs *flags) {
 // clear line at once. timeout (0: none) bounds connecting and, as the sessions'
 // statement_timeout, each statement.
 func (d *dbFlags) connect(ctx context.Context, timeout time.Duration) (*pgxpool.Pool, error) {
+	cfg, err := d.poolConfig(timeout)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	pctx, cancel := withTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, connectError(err, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), timeout)
+	}
+	return pool, nil
+}
+
+// poolConfig parses --database-url (or DATABASE_URL) into a pool of 4 connections whose
+// connecting and statements timeout bounds (0: none).
+func (d *dbFlags) poolConfig(timeout time.Duration) (*pgxpool.Config, error) {
 	u := d.url
 	if u == "" {
 		u = os.Getenv("DATABASE_URL")
@@ -58,20 +81,7 @@ func (d *dbFlags) connect(ctx context.Context, timeout time.Duration) (*pgxpool.
 			cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(timeout.Milliseconds(), 10)
 		}
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
-	}
-	pctx, cancel := withTimeout(ctx, timeout)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		if ctx.Err() != nil {
-			return nil, err
-		}
-		return nil, connectError(err, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), timeout)
-	}
-	return pool, nil
+	return cfg, nil
 }
 
 // withTimeout is context.WithTimeout, or no deadline when d is 0.

@@ -327,6 +327,7 @@ func (c *console) init() error {
 	m.HandleFunc("GET /{$}", c.index)
 	m.HandleFunc("GET /dlq", c.dlqPage)
 	m.HandleFunc("POST /dlq", c.dlqPeek)
+	m.HandleFunc("POST /dlq/discard", c.dlqDiscard)
 	m.HandleFunc("GET /login", c.loginPage)
 	m.HandleFunc("POST /login", c.login)
 	m.HandleFunc("POST /logout", c.logout)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
+	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
 // queue is the configured queue of that name; the pages reach no other.
@@ -52,6 +54,13 @@ type dlqView struct {
 
 type peekMessage struct {
 	ID, Key, KeyErr, Receives, Sent, Body string
+	Failures                              []peekFailure // the handlers' recorded failures, the newest first
+}
+
+// peekFailure is a recorded failure as the DLQ page shows it: the error's first line in the
+// table, the whole recorded text on request.
+type peekFailure struct {
+	Handler, When, Receive, Short, Error string
 }
 
 // dlqPage is the DLQ page opened with GET: the DLQ's name and counts, the peek button and the
@@ -117,24 +126,17 @@ func errorList(err error) string {
 }
 
 // peek receives up to peekMax messages of the DLQ and makes them visible again at once; it never
-// deletes. A release that fails leaves the message hidden for peekVisibility seconds only.
+// deletes. A release that fails leaves the message hidden for peekVisibility seconds only. Each
+// message comes with the failures its handlers recorded in the inbox; failures that cannot be
+// read are said, and the messages shown without them.
 func (c *console) peek(ctx context.Context, dlqURL string) ([]peekMessage, error) {
-	out, err := c.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(dlqURL),
-		MaxNumberOfMessages:         int32(c.peekMax),
-		WaitTimeSeconds:             1,
-		VisibilityTimeout:           peekVisibility,
-		MessageAttributeNames:       []string{"All"},
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-	})
+	received, err := peekDLQ(ctx, c.sqs, dlqURL, c.peekMax)
 	if err != nil {
-		return nil, fmt.Errorf("peek at %s: %s", lastPart(dlqURL), apiError(err))
+		return nil, err
 	}
-	rctx := context.WithoutCancel(ctx)
+	fails, ferr := dlqFailures(ctx, c.ib, received, inboxhandler.DefaultKey)
 	var msgs []peekMessage
-	for _, m := range out.Messages {
-		_, _ = c.sqs.ChangeMessageVisibility(rctx, &sqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(dlqURL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
+	for _, m := range received {
 		pm := peekMessage{ID: aws.ToString(m.MessageId), Receives: m.Attributes["ApproximateReceiveCount"]}
 		if ms, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64); err == nil {
 			pm.Sent = time.UnixMilli(ms).UTC().Format(time.RFC3339)
@@ -150,7 +152,83 @@ func (c *console) peek(ctx context.Context, dlqURL string) ([]peekMessage, error
 				pm.Body = string(r[:maxBodyShown]) + fmt.Sprintf("… (%d bytes in all)", len(aws.ToString(m.Body)))
 			}
 		}
+		pm.Failures = peekFailures(fails[pm.ID])
 		msgs = append(msgs, pm)
 	}
+	if ferr != nil {
+		return msgs, fmt.Errorf("the recorded failures could not be read: %s", oneLine(ferr))
+	}
 	return msgs, nil
+}
+
+// peekFailures are failure records as the console's pages show them.
+func peekFailures(fs []inbox.Failure) []peekFailure {
+	var out []peekFailure
+	for _, f := range fs {
+		pf := peekFailure{Handler: f.Handler, When: f.FailedAt.UTC().Format(time.RFC3339), Receive: "-", Short: shortError(f.Error), Error: f.Error}
+		if f.ReceiveCount > 0 {
+			pf.Receive = strconv.Itoa(f.ReceiveCount)
+		}
+		out = append(out, pf)
+	}
+	return out
+}
+
+// dlqDiscard is `sqsinbox dlq discard` from the DLQ page: the messages ticked in the peek are
+// deleted from the DLQ, with the reason given, recorded as discarded by the name given (or
+// "console"), refused for an event no handler applied unless "force" is ticked. It needs the
+// token, as every action.
+func (c *console) dlqDiscard(w http.ResponseWriter, r *http.Request) {
+	if !c.allowPOST(w, r, true) {
+		return
+	}
+	q, ok := c.queue(r.PostFormValue("queue"))
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, "No such queue", fmt.Sprintf("%q is not one of the queues this console was given (--queue).", r.PostFormValue("queue")))
+		return
+	}
+	by := strings.TrimSpace(r.PostFormValue("by"))
+	if by == "" {
+		by = "console"
+	} else {
+		by += " (console)"
+	}
+	o := discardOptions{ids: r.PostForm["message"], by: by, reason: r.PostFormValue("reason"), force: r.PostFormValue("force") != ""}
+	if err := o.check(func(string) string { return "" }); err != nil {
+		why := strings.TrimPrefix(oneLine(err), errUsage.Error()+": ")
+		if len(o.ids) == 0 {
+			why = "no message ticked: peek, tick the messages to discard, and give the reason"
+		}
+		c.fail(w, r, http.StatusBadRequest, "Nothing discarded", why)
+		return
+	}
+	if !c.busy.TryLock() {
+		c.fail(w, r, http.StatusConflict, "Nothing discarded", "another action or a peek of this console is running; try again when it is done")
+		return
+	}
+	defer c.busy.Unlock()
+	ctx := c.base
+	du, _, err := c.dlqOf(ctx, q)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "Nothing discarded", err.Error())
+		return
+	}
+	rep, err := discardMessages(ctx, c.sqs, c.ib, du, o)
+	var report strings.Builder
+	rep.write(&report, lastPart(du))
+	c.logf("discard from %s by %q from %s, reason %q, force %v: %s", lastPart(du), o.by, r.RemoteAddr, o.reason, o.force,
+		strings.ReplaceAll(strings.TrimSpace(report.String()), "\n", "; ")+map[bool]string{true: "; failed: " + errText(err), false: ""}[err != nil])
+	d := c.page(r, "Discard from "+lastPart(du))
+	d.Back = "/dlq?queue=" + url.QueryEscape(q.name)
+	d.Result = &resultView{Report: report.String(), Counts: []resultCount{
+		{len(rep.discarded), "discarded (deleted from the DLQ, recorded with your reason)"},
+		{len(rep.refused), "refused: no handler applied the event (tick force to discard it anyway)"},
+		{len(rep.failed) + len(rep.notFound), "not found or failed (the report says why)"},
+	}}
+	status := http.StatusOK
+	if err != nil {
+		d.Error = "The discard stopped: " + errText(err)
+		status = http.StatusBadGateway
+	}
+	c.render(w, status, "result.html", d)
 }

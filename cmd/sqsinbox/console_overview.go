@@ -19,9 +19,10 @@ type queueRow struct {
 }
 
 type lookupView struct {
-	Key   string
-	Found []inbox.ProcessedEvent
-	Err   string
+	Key      string
+	Found    []inbox.ProcessedEvent
+	Failures []peekFailure // the event's recorded failures, the newest first
+	Err      string
 }
 
 func (c *console) index(w http.ResponseWriter, r *http.Request) {
@@ -59,6 +60,12 @@ func (c *console) lookup(ctx context.Context, key string) (*lookupView, int) {
 		return v, http.StatusInternalServerError
 	}
 	v.Found = found
+	fs, err := c.ib.Failures(ctx, []string{key}, nil)
+	if err != nil {
+		v.Err = "failures: " + c.db.inboxError(err).Error()
+		return v, http.StatusInternalServerError
+	}
+	v.Failures = peekFailures(fs)
 	return v, http.StatusOK
 }
 

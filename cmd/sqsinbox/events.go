@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +24,9 @@ func runEvents(ctx context.Context, e env, args []string) error {
 			"  sqsinbox events list --handler warehouse --since 2026-12-01T00:00:00Z --limit 50\n"+
 			"  sqsinbox events list --handler warehouse --after CURSOR --json   # the next page, for scripts\n\n"+
 			"show prints every handler whose effect of the event committed, with the time of its claim,\n"+
-			"or says no handler processed it (or its rows were purged, past the inbox's retention).\n"+
+			"and the handlers' recorded failures of it (the last 5 per handler: time, message, receive\n"+
+			"count, instance, error). It exits 3 when no handler processed the event (or its rows were\n"+
+			"purged, past the inbox's retention), 0 when one did.\n"+
 			"list pages through one handler's events, the oldest first; the last line gives the cursor\n"+
 			"of the next page. --json prints one JSON object (events, next).")
 	db.register(fs)
@@ -97,40 +101,97 @@ func timeFlag(name, v string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%w: %s %q: want an RFC 3339 time (2026-12-01T00:00:00Z) or an age (90m, 2h, 7d)", errUsage, name, v)
 }
 
+// errNotProcessed marks `events show` of an event no handler processed: it exits 3, so that a
+// script can tell "not applied" (3) from "applied" (0) and from an error (1, 2).
+var errNotProcessed = errors.New("not processed")
+
+// maxErrorShown is how much of a failure's error text `events show` prints in its table, in
+// characters (--json prints all that was recorded).
+const maxErrorShown = 160
+
 func showEvent(ctx context.Context, e env, ib *inbox.Inbox, key, handler string, asJSON bool) error {
 	found, err := ib.Lookup(ctx, key)
 	if err != nil {
 		return err
 	}
-	if handler != "" {
-		var only []inbox.ProcessedEvent
-		for _, p := range found {
-			if p.Handler == handler {
-				only = append(only, p)
-			}
-		}
-		found = only
+	failures, err := ib.Failures(ctx, []string{key}, nil)
+	if err != nil {
+		return err
 	}
+	if handler != "" {
+		found = slices.DeleteFunc(found, func(p inbox.ProcessedEvent) bool { return p.Handler != handler })
+		failures = slices.DeleteFunc(failures, func(f inbox.Failure) bool { return f.Handler != handler })
+	}
+	who := "any handler"
+	if handler != "" {
+		who = "handler " + handler
+	}
+	notProcessed := fmt.Errorf("%w: event %s: not processed by %s (or its rows were purged, past the inbox's retention); %s recorded",
+		errNotProcessed, key, who, plural(len(failures), "failure"))
 	if asJSON {
 		if found == nil {
 			found = []inbox.ProcessedEvent{}
 		}
-		return json.NewEncoder(e.stdout).Encode(map[string]any{"event_id": key, "processed_by": found})
-	}
-	if len(found) == 0 {
-		who := "any handler"
-		if handler != "" {
-			who = "handler " + handler
+		if failures == nil {
+			failures = []inbox.Failure{}
 		}
-		fmt.Fprintf(e.stdout, "event %s: not processed by %s (or its rows were purged, past the inbox's retention)\n", key, who)
+		if err := json.NewEncoder(e.stdout).Encode(map[string]any{"event_id": key, "processed_by": found, "failures": failures}); err != nil {
+			return err
+		}
+		if len(found) == 0 {
+			return notProcessed
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "HANDLER\tEVENT\tSEEN AT\tQUEUE\tMESSAGE\tRECEIVE\tINSTANCE\tTRACE\n")
-	for _, p := range found {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Handler, p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano), deliveryCells(p))
+	if len(found) > 0 {
+		fmt.Fprintf(tw, "HANDLER\tEVENT\tSEEN AT\tQUEUE\tMESSAGE\tRECEIVE\tINSTANCE\tTRACE\n")
+		for _, p := range found {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Handler, p.EventID, p.SeenAt.UTC().Format(time.RFC3339Nano), deliveryCells(p))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	if len(failures) > 0 {
+		if len(found) > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		fmt.Fprintf(e.stdout, "%s, the newest first (the last %d per handler are kept; --json for the whole text):\n", plural(len(failures), "failure"), inbox.FailuresKept)
+		writeFailures(e.stdout, failures)
+	}
+	if len(found) == 0 {
+		return notProcessed
+	}
+	return nil
+}
+
+// writeFailures prints failure records as a table, each error cut to its first line and
+// maxErrorShown characters.
+func writeFailures(w io.Writer, fs []inbox.Failure) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  HANDLER\tFAILED AT\tQUEUE\tMESSAGE\tRECEIVE\tINSTANCE\tERROR\n")
+	for _, f := range fs {
+		count := "-"
+		if f.ReceiveCount > 0 {
+			count = strconv.Itoa(f.ReceiveCount)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Handler, f.FailedAt.UTC().Format(time.RFC3339Nano), cmp.Or(f.Queue, "-"),
+			f.MessageID, count, cmp.Or(f.Instance, "-"), shortError(f.Error))
+	}
+	_ = tw.Flush()
+}
+
+// shortError is the first line of an error text, at most maxErrorShown characters.
+func shortError(s string) string {
+	l := firstLine(s)
+	if r := []rune(l); len(r) > maxErrorShown {
+		l = string(r[:maxErrorShown]) + "…"
+	}
+	if l != s && !strings.HasSuffix(l, "…") {
+		l += " …"
+	}
+	return l
 }
 
 func listEvents(ctx context.Context, e env, ib *inbox.Inbox, o inbox.ListOptions, asJSON bool) error {

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/sqsinbox/sqsinbox/inbox"
 )
 
 // TestEventsShowAndList (PostgreSQL): show names every handler that processed a key and when, or
-// says none did; list pages a handler's events, oldest first, with --since, and --json gives
+// says none did and exits 3; list pages a handler's events, oldest first, with --since, and --json gives
 // scripts the rows and the next cursor; bad input is refused with a usage error.
 func TestEventsShowAndList(t *testing.T) {
 	t.Parallel()
@@ -28,14 +30,10 @@ func TestEventsShowAndList(t *testing.T) {
 	if !strings.Contains(r.stdout, "loyalty") || !strings.Contains(r.stdout, "warehouse") || strings.Count(r.stdout, "evt_9f3k") != 2 {
 		t.Errorf("show evt_9f3k:\n%s", r.stdout)
 	}
-	r = events("show", "evt_never").mustOK(t)
-	if !strings.Contains(r.stdout, "event evt_never: not processed by any handler") {
-		t.Errorf("show of a key never processed:\n%s", r.stdout)
-	}
-	r = events("show", "evt_9f3k", "--handler", "billing").mustOK(t)
-	if !strings.Contains(r.stdout, "not processed by handler billing") {
-		t.Errorf("show --handler billing:\n%s", r.stdout)
-	}
+	// Not processed: exit 3, for scripts, with the reason on stderr.
+	events("show", "evt_never").mustFail(t, 3, "event evt_never: not processed by any handler", "0 failures recorded")
+	events("show", "evt_9f3k", "--handler", "billing").mustFail(t, 3, "not processed by handler billing")
+	events("show", "evt_never", "--json").mustFail(t, 3, "event evt_never: not processed")
 	var shown struct {
 		EventID     string `json:"event_id"`
 		ProcessedBy []struct {
@@ -96,5 +94,54 @@ func TestEventsShowAndList(t *testing.T) {
 		{[]string{"purge"}, `unknown action "purge": want show or list`},
 	} {
 		events(tc.args...).mustFail(t, 2, tc.want)
+	}
+}
+
+// TestEventsShowFailures (PostgreSQL): show lists the recorded failures of an event under its
+// processed rows (newest first, each error cut to its first line), filters them with --handler,
+// gives them whole in --json, and exits 3 for an event that only failed.
+func TestEventsShowFailures(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_evf")
+	schema := dbArgs[len(dbArgs)-1]
+	ib, err := inbox.New(pool, &inbox.Config{Schema: schema, Instance: "task-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO `+schema+`.processed_messages (handler, event_id) VALUES ('loyalty', 'evt_9f3k')`); err != nil {
+		t.Fatal(err)
+	}
+	err = ib.RecordFailures(t.Context(), []inbox.Failure{
+		{Handler: "warehouse", EventID: "evt_9f3k", MessageID: "6f1c8a52-0000-4000-8000-000000000001", Queue: "orders", ReceiveCount: 1, Error: "handler panicked: out of boxes\ngoroutine 7 [running]:"},
+		{Handler: "loyalty", EventID: "evt_9f3k", MessageID: "6f1c8a52-0000-4000-8000-000000000001", Queue: "orders", ReceiveCount: 1, Error: "points service: 503"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ib.RecordFailures(t.Context(), []inbox.Failure{{Handler: "warehouse", EventID: "evt_9f3k", MessageID: "6f1c8a52-0000-4000-8000-000000000001", Queue: "orders", ReceiveCount: 2, Error: "out of boxes again"}}); err != nil {
+		t.Fatal(err)
+	}
+	events := func(args ...string) result {
+		return cli(t, "", append(append([]string{"events"}, args...), dbArgs...)...)
+	}
+	r := events("show", "evt_9f3k").mustOK(t)
+	again, panicked := strings.Index(r.stdout, "out of boxes again"), strings.Index(r.stdout, "handler panicked: out of boxes …")
+	if !strings.Contains(r.stdout, "3 failures, the newest first") || again < 0 || panicked < again || strings.Contains(r.stdout, "goroutine") ||
+		!strings.Contains(r.stdout, "points service: 503") || !strings.Contains(r.stdout, "task-7") || !strings.Contains(r.stdout, "orders") {
+		t.Errorf("show:\n%s", r.stdout)
+	}
+	// warehouse never applied it: exit 3, and its two failures are shown.
+	r = events("show", "evt_9f3k", "--handler", "warehouse")
+	r.mustFail(t, 3, "not processed by handler warehouse", "2 failures recorded")
+	if !strings.Contains(r.stdout, "out of boxes again") || strings.Contains(r.stdout, "points service") {
+		t.Errorf("show --handler warehouse:\n%s", r.stdout)
+	}
+	var shown struct {
+		Failures []inbox.Failure `json:"failures"`
+	}
+	r = events("show", "evt_9f3k", "--json").mustOK(t)
+	if err := json.Unmarshal([]byte(r.stdout), &shown); err != nil || len(shown.Failures) != 3 ||
+		!strings.Contains(shown.Failures[2].Error, "goroutine 7") || shown.Failures[0].ReceiveCount != 2 {
+		t.Errorf("show --json: %v\n%s", err, r.stdout)
 	}
 }

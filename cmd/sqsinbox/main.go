@@ -7,11 +7,16 @@
 //	sqsinbox stats                    rows per handler; the outbox's backlog and parked messages;
 //	                                  a queue's depth and its DLQ's, and the age of their oldest
 //	                                  messages (from CloudWatch)
-//	sqsinbox events show|list         which handlers processed an event and when; a handler's events, paged
+//	sqsinbox events show|list         which handlers processed an event and when, and its recorded
+//	                                  failures; a handler's events, paged
 //	sqsinbox outbox                   list the outbox's parked messages, or re-queue them
 //	sqsinbox send                     send JSON lines to a queue, or publish them to an SNS
 //	                                  topic, with an event_id attribute
 //	sqsinbox redrive                  move messages from a DLQ back to their source queue
+//	sqsinbox dlq peek|discard         a DLQ's messages with their recorded failures; delete the
+//	                                  ones named, recording who and why
+//	sqsinbox doctor                   check the queue, its DLQ and subscriptions, and the database
+//	                                  against the worker's settings; exit 1 on an error
 //	sqsinbox console                  a web console on 127.0.0.1: the queues, a DLQ's peek and
 //	                                  classified redrive, event lookup, the outbox's parked messages
 //
@@ -70,6 +75,8 @@ var commands = []command{
 	{"outbox", "list the outbox's parked messages (list-parked), or re-queue them (retry)", runOutbox},
 	{"send", "send JSON lines from a file or stdin to a queue, or publish them to an SNS topic", runSend},
 	{"redrive", "move messages from a dead-letter queue back to their source queue", runRedrive},
+	{"dlq", "show a dead-letter queue's messages with their recorded failures (peek), or delete the ones named, recording who and why (discard)", runDLQ},
+	{"doctor", "check a deployment before it loses a message: the queue, its DLQ and subscriptions, and the database, against the worker's settings", runDoctor},
 	{"console", "serve a web console on 127.0.0.1: queues, DLQ peek and redrive, event lookup, the outbox's parked messages", runConsole},
 }
 
@@ -104,6 +111,9 @@ func runEnv(ctx context.Context, e env, args []string) int {
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.Is(err, errNotProcessed):
+			fmt.Fprintf(stderr, "sqsinbox %s: %s\n", c.name, strings.TrimPrefix(oneLine(err), errNotProcessed.Error()+": "))
+			return 3
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(stderr, "sqsinbox %s: %s\n", c.name, oneLine(err))
 			return 2

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -62,6 +63,8 @@ var warnLine = regexp.MustCompile(`(?m)^.*"level":"(WARN|ERROR)".*$`)
 // sent three times) and leaves the bad event to the retry-then-DLQ way; the health check exits
 // 0; SIGTERM stops the worker with exit status 0 within the stop budget; then the health check
 // fails. Neither the migration nor the worker logs a warning, but for the bad event's failures.
+// The worker settings the container's environment sets (CONCURRENCY, MAX_PER_GROUP,
+// SHUTDOWN_TIMEOUT) are those of the worker's start line.
 func TestFirstWorkerAsECSRunsIt(t *testing.T) {
 	t.Parallel()
 	bin := binary(t)
@@ -172,6 +175,18 @@ func TestFirstWorkerAsECSRunsIt(t *testing.T) {
 			fmt.Sprintf("pick tasks %d/%d/%d, %d messages left; output:\n%s", count("o-1"), count("o-2"), count("o-3"), n, log.String())
 	})
 
+	// The worker settings the task definition sets are the ones the worker runs with.
+	for k, field := range map[string]string{"CONCURRENCY": `"concurrency":%s,`, "MAX_PER_GROUP": `"max_per_group":%s,`, "SHUTDOWN_TIMEOUT": `"shutdown_timeout":"%s"`} {
+		v := workerC.Env[k]
+		if v == nil {
+			t.Errorf("the worker container sets no %s", k)
+			continue
+		}
+		if want := fmt.Sprintf(field, *v); !strings.Contains(log.String(), want) {
+			t.Errorf("the worker's start line does not have %s (%s=%s); output:\n%s", want, k, *v, log.String())
+		}
+	}
+
 	if len(workerC.HealthCheck) < 2 || workerC.HealthCheck[0] != "CMD" {
 		t.Fatalf("the worker container's health check is %q; want the CMD form", workerC.HealthCheck)
 	}
@@ -262,6 +277,120 @@ func TestRefusesWithoutDatabase(t *testing.T) {
 				if !strings.Contains(string(out), name) {
 					t.Errorf("the message does not name %s:\n%s", name, out)
 				}
+			}
+		})
+	}
+}
+
+// TestSettingsFromTheEnvironment runs the program (PostgreSQL from pgtest, the harness's SQS
+// server: GoAws, or fauxqs on the second pass) with worker settings in its environment, as an
+// ECS task definition sets them, and reads each back from the worker's `worker: started` line:
+// the values the worker runs with. It then stops the worker with SIGTERM (exit status 0).
+func TestSettingsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	q := srv.Queue(t, "settings")
+	env := append(baseEnv(), "DATABASE_URL="+srv.DB.URL, "QUEUE_URL="+q.URL)
+	migrate := exec.CommandContext(t.Context(), bin, "migrate")
+	migrate.Env = env
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	settings := map[string]string{
+		"CONCURRENCY": "3", "MAX_PER_GROUP": "2", "HANDLER_BATCH": "4", "PREFETCH": "5",
+		"VISIBILITY_TIMEOUT": "40s", "HANDLER_TIMEOUT": "45s", "SHUTDOWN_TIMEOUT": "12s", "MAX_HOLD": "50s",
+	}
+	// What each variable sets, as the start line shows it: JSON numbers, and durations as Go
+	// duration strings.
+	want := map[string]any{
+		"concurrency": 3.0, "max_per_group": 2.0, "handler_batch": 4.0, "prefetch": 5.0,
+		"visibility_timeout": "40s", "handler_timeout": "45s", "shutdown_timeout": "12s", "max_hold": "50s",
+	}
+	for k, v := range settings {
+		env = append(env, k+"="+v)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = env
+	log := &sqstest.Buffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	var started map[string]any
+	sqstest.WaitFor(t, 2*time.Minute, "the worker's start line", func() (bool, string) {
+		for line := range strings.Lines(log.String()) {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "worker: started" {
+				started = m
+				return true, ""
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the worker exited (%v) before it started; output:\n%s", err, log.String())
+		default:
+		}
+		return false, log.String()
+	})
+	for k, v := range want {
+		if started[k] != v {
+			t.Errorf("the start line has %s=%v (%T), want %v from the environment; line: %v", k, started[k], started[k], v, started)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("the worker after SIGTERM: %v; output:\n%s", err, log.String())
+	}
+	exited <- nil
+}
+
+// TestBadSettingRefused runs the program with a worker setting it must refuse: it exits with
+// status 1 before connecting anywhere (the database's and the queue's addresses are closed ports),
+// naming the variable and quoting its value.
+func TestBadSettingRefused(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	closed := "127.0.0.1:" + freePort(t)
+	for _, tc := range []struct{ env, want string }{
+		{"CONCURRENCY=abc", `CONCURRENCY="abc": not a whole number`},
+		{"CONCURRENCY=0", `CONCURRENCY="0": must be at least 1`},
+		{"MAX_PER_GROUP=-1", `MAX_PER_GROUP="-1": must be at least 0`},
+		{"HANDLER_BATCH=21", `HANDLER_BATCH="21": must be 1 to 20`},
+		{"VISIBILITY_TIMEOUT=30", `VISIBILITY_TIMEOUT="30": a duration needs a unit: 30s`},
+		{"VISIBILITY_TIMEOUT=1500ms", `VISIBILITY_TIMEOUT="1500ms": must be whole seconds`},
+		{"HANDLER_TIMEOUT=13h", `HANDLER_TIMEOUT="13h": must be at most 12h0m0s`},
+		{"SHUTDOWN_TIMEOUT=soon", `SHUTDOWN_TIMEOUT="soon": not a duration`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin)
+			cmd.Env = append(baseEnv(), "DATABASE_URL=postgres://app@"+closed+"/app?sslmode=disable",
+				"QUEUE_URL=http://"+closed+"/000000000000/none", tc.env)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("the program: %v, want exit status 1; output:\n%s", err, out)
+			}
+			// The log is JSON: the quotes of the value are escaped in it.
+			if got := strings.ReplaceAll(string(out), `\"`, `"`); !strings.Contains(got, tc.want) {
+				t.Errorf("the output does not say %s:\n%s", tc.want, out)
+			}
+			if strings.Contains(string(out), "unreachable") {
+				t.Errorf("the program tried the database before refusing the setting:\n%s", out)
 			}
 		})
 	}

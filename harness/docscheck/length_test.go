@@ -7,7 +7,9 @@ import (
 )
 
 // TestDocsStayShort (no servers) keeps the long documents to what a reader needs today: words
-// counted as `wc -w` counts them. BENCHMARKS.md holds the current tables and how to reproduce
+// counted as `wc -w` counts them. README.md is what a newcomer reads in five minutes, in order
+// (what and why, the first worker, testing, deploying, operating), each part linking to its doc;
+// BENCHMARKS.md holds the current tables and how to reproduce
 // them (the history of each run belongs in its commit message), RELIABILITY.md the scenarios and
 // their latest results, and CHANGELOG.md's newest section one line per user-facing change.
 func TestDocsStayShort(t *testing.T) {
@@ -16,6 +18,7 @@ func TestDocsStayShort(t *testing.T) {
 		section bool // only the first "## " section counts
 		max     int
 	}{
+		{"README.md", false, 1500},
 		{"BENCHMARKS.md", false, 5000},
 		{"RELIABILITY.md", false, 4000},
 		{"CHANGELOG.md", true, 1500},

@@ -7,9 +7,11 @@ package ecstask
 
 import (
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -38,37 +40,15 @@ func (c Container) Argv() []string { return slices.Concat(c.EntryPoint, c.Comman
 // Read evaluates the container_definitions of the aws_ecs_task_definition named resource in the
 // Terraform files of dir, with each variable at its default.
 func Read(dir, resource string) ([]Container, error) {
-	var bodies []*hclsyntax.Body
-	files, err := filepath.Glob(filepath.Join(dir, "*.tf"))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("ecstask: no .tf files in %s", dir)
+	bodies, vars, err := load(dir)
+	if err != nil {
+		return nil, err
 	}
-	for _, name := range files {
-		src, err := os.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		f, diags := hclsyntax.ParseConfig(src, name, hcl.InitialPos)
-		if diags.HasErrors() {
-			return nil, fmt.Errorf("ecstask: %w", diags)
-		}
-		bodies = append(bodies, f.Body.(*hclsyntax.Body))
-	}
-	vars := map[string]cty.Value{}
 	locals := map[string]hclsyntax.Expression{}
 	var defs hclsyntax.Expression
 	for _, body := range bodies {
 		for _, b := range body.Blocks {
 			switch {
-			case b.Type == "variable" && len(b.Labels) == 1:
-				vars[b.Labels[0]] = cty.DynamicVal // no default: given at plan time
-				if a, ok := b.Body.Attributes["default"]; ok {
-					v, diags := a.Expr.Value(nil)
-					if diags.HasErrors() {
-						return nil, fmt.Errorf("ecstask: variable %s: %w", b.Labels[0], diags)
-					}
-					vars[b.Labels[0]] = v
-				}
 			case b.Type == "locals":
 				for name, a := range b.Body.Attributes {
 					locals[name] = a.Expr
@@ -88,7 +68,7 @@ func Read(dir, resource string) ([]Container, error) {
 		Variables: map[string]cty.Value{"var": cty.ObjectVal(vars)},
 		Functions: map[string]function.Function{
 			"concat": stdlib.ConcatFunc, "reverse": stdlib.ReverseListFunc, "split": stdlib.SplitFunc,
-			"lower": stdlib.LowerFunc, "replace": stdlib.ReplaceFunc,
+			"lower": stdlib.LowerFunc, "replace": stdlib.ReplaceFunc, "format": stdlib.FormatFunc,
 		},
 	}
 	// Whatever is not a variable or a local (a module's outputs, other resources' attributes)
@@ -137,6 +117,127 @@ func Read(dir, resource string) ([]Container, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// load parses the Terraform files of dir and returns them with their variables at their
+// defaults.
+func load(dir string) ([]*hclsyntax.Body, map[string]cty.Value, error) {
+	bodies, err := parseDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	vars, err := variables(bodies)
+	return bodies, vars, err
+}
+
+// Int returns the variable name of vars (as [ModuleInputs] returns them) as an integer, or an
+// error when it is not a known whole number.
+func Int(vars map[string]cty.Value, name string) (int64, error) {
+	v := vars[name]
+	if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
+		return 0, fmt.Errorf("ecstask: %s = %#v; not a known number", name, v)
+	}
+	n, acc := v.AsBigFloat().Int64()
+	if acc != big.Exact {
+		return 0, fmt.Errorf("ecstask: %s = %s; not a whole number", name, v.AsBigFloat())
+	}
+	return n, nil
+}
+
+// parseDir parses the Terraform files of dir.
+func parseDir(dir string) ([]*hclsyntax.Body, error) {
+	var bodies []*hclsyntax.Body
+	files, err := filepath.Glob(filepath.Join(dir, "*.tf"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("ecstask: no .tf files in %s", dir)
+	}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		f, diags := hclsyntax.ParseConfig(src, name, hcl.InitialPos)
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("ecstask: %w", diags)
+		}
+		bodies = append(bodies, f.Body.(*hclsyntax.Body))
+	}
+	return bodies, nil
+}
+
+// variables returns the variables of bodies at their defaults; one without a default (given at
+// plan time) is unknown.
+func variables(bodies []*hclsyntax.Body) (map[string]cty.Value, error) {
+	vars := map[string]cty.Value{}
+	for _, body := range bodies {
+		for _, b := range body.Blocks {
+			if b.Type != "variable" || len(b.Labels) != 1 {
+				continue
+			}
+			vars[b.Labels[0]] = cty.DynamicVal
+			if a, ok := b.Body.Attributes["default"]; ok {
+				v, diags := a.Expr.Value(nil)
+				if diags.HasErrors() {
+					return nil, fmt.Errorf("ecstask: variable %s: %w", b.Labels[0], diags)
+				}
+				vars[b.Labels[0]] = v
+			}
+		}
+	}
+	return vars, nil
+}
+
+// moduleMeta are a module block's arguments that are not the module's variables.
+var moduleMeta = []string{"source", "version", "count", "for_each", "providers", "depends_on"}
+
+// ModuleInputs returns the variables of the module that the module block named module in the
+// Terraform files of dir calls, as plan gives them with dir's variables at their defaults: each
+// argument of the block, evaluated, over the module's own defaults (its source must be a local
+// path, relative to dir). An argument that only an apply knows (another resource's attribute, a
+// variable without a default) is unknown.
+func ModuleInputs(dir, module string) (map[string]cty.Value, error) {
+	bodies, vars, err := load(dir)
+	if err != nil {
+		return nil, err
+	}
+	var call *hclsyntax.Block
+	for _, body := range bodies {
+		for _, b := range body.Blocks {
+			if b.Type == "module" && slices.Equal(b.Labels, []string{module}) {
+				call = b
+			}
+		}
+	}
+	if call == nil {
+		return nil, fmt.Errorf("ecstask: no module %q in %s", module, dir)
+	}
+	src, ok := call.Body.Attributes["source"]
+	var source cty.Value
+	if ok {
+		source, _ = src.Expr.Value(nil)
+	}
+	if !ok || source.Type() != cty.String || !strings.HasPrefix(source.AsString(), ".") {
+		return nil, fmt.Errorf("ecstask: module %q in %s has no local source", module, dir)
+	}
+	_, inputs, err := load(filepath.Join(dir, source.AsString()))
+	if err != nil {
+		return nil, err
+	}
+	ctx := &hcl.EvalContext{Variables: map[string]cty.Value{"var": cty.ObjectVal(vars)}}
+	for name, a := range call.Body.Attributes {
+		if slices.Contains(moduleMeta, name) {
+			continue
+		}
+		if _, ok := inputs[name]; !ok {
+			return nil, fmt.Errorf("ecstask: module %q in %s sets %s, which the module does not declare", module, dir, name)
+		}
+		v, diags := a.Expr.Value(ctx)
+		if diags.HasErrors() {
+			v = cty.DynamicVal // refers to what only an apply knows
+		}
+		inputs[name] = v
+	}
+	return inputs, nil
 }
 
 func container(v cty.Value) (Container, error) {

@@ -40,3 +40,40 @@ func TestRead(t *testing.T) {
 		t.Errorf("Read of a missing resource: %v", err)
 	}
 }
+
+// TestModuleInputs (no server): the ECS example's queue module gets the example's arguments over
+// the module's own defaults.
+func TestModuleInputs(t *testing.T) {
+	in, err := ModuleInputs("../../terraform/examples/ecs-worker", "queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	num := func(name string) int64 {
+		t.Helper()
+		n, err := Int(in, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for name, want := range map[string]int64{
+		"visibility_timeout_seconds":    30,      // the example's
+		"message_retention_seconds":     345600,  // the example's
+		"max_receive_count":             5,       // the example's
+		"dlq_message_retention_seconds": 1209600, // the module's default
+		"maximum_message_size":          262144,  // the module's default
+	} {
+		if got := num(name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	if v := in["fifo_queue"]; !v.IsKnown() || v.IsNull() || v.True() {
+		t.Errorf("fifo_queue = %#v, want false", v)
+	}
+	if v := in["kms_key_arn"]; !v.IsNull() {
+		t.Errorf("kms_key_arn = %#v, want null", v)
+	}
+	if _, err := ModuleInputs("../../terraform/examples/ecs-worker", "nope"); err == nil {
+		t.Error("a module that is not there gave no error")
+	}
+}

@@ -7,8 +7,11 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsinbox/sqsinbox/harness/pgtest"
 )
 
 // Traffic is other clients' short statements on the pooler: what makes a transaction pooler hand a
@@ -81,4 +84,29 @@ func (t *Traffic) Stop() error {
 		return fmt.Errorf("pgbouncer: traffic: %w", t.err)
 	}
 	return nil
+}
+
+// Busy starts PgBouncer in front of db (cfg as for Start) with clients other clients' short
+// statements on it (none when clients is 0), for a test: both stop when t ends, and a failure to
+// start either fails t.
+func Busy(t testing.TB, db *pgtest.Server, cfg *Config, clients int) *Bouncer {
+	t.Helper()
+	b, err := Start(t.Context(), db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if clients == 0 {
+		return b
+	}
+	traffic, err := b.StartTraffic(t.Context(), clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := traffic.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
 }

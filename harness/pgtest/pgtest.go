@@ -108,6 +108,11 @@ func (s *Server) exec(ctx context.Context, sql string) error {
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cluster != nil && s.cluster.kept {
+		_ = s.cluster.stop("fast") // a clean shutdown: the data is used again
+		s.cluster.stopWatchdog()
+		return
+	}
 	if s.cluster != nil {
 		_ = s.cluster.stop("immediate")
 		s.cluster.stopWatchdog()
@@ -196,18 +201,24 @@ type cluster struct {
 	port     int
 	cred     *syscall.Credential
 	watchdog *exec.Cmd
+	kept     bool // StartKept's: stopped, never removed
 }
 
 // watchdogScript waits; on SIGTERM (sent by the kernel when the process that started it dies:
 // a test binary killed by a timeout or a signal never runs its Close) it stops the cluster and
-// removes its directory. $0 is pg_ctl, $1 the data directory, $2 the cluster's directory.
+// removes its directory. $0 is pg_ctl, $1 the data directory, $2 the cluster's directory ("" for
+// a kept cluster: nothing is removed).
 const watchdogScript = `trap 'kill $s 2>/dev/null; "$0" -D "$1" -m immediate -w stop >/dev/null 2>&1; rm -rf "$2"; exit 0' TERM
 while :; do sleep 3600 & s=$!; wait $s; done`
 
 // startWatchdog starts the cluster's watchdog. Without one (no sh), a killed test binary leaves
 // the cluster running, as it would anyway.
 func (c *cluster) startWatchdog() {
-	cmd := exec.Command("sh", "-c", watchdogScript, filepath.Join(c.bin, "pg_ctl"), c.data(), c.dir)
+	remove := c.dir
+	if c.kept {
+		remove = ""
+	}
+	cmd := exec.Command("sh", "-c", watchdogScript, filepath.Join(c.bin, "pg_ctl"), c.data(), remove)
 	cmd.Dir = c.dir
 	cmd.SysProcAttr = watchdogAttr(c.cred)
 	if cmd.Start() == nil {
@@ -239,41 +250,11 @@ func startCluster(ctx context.Context) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{bin: bin, dir: dir}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("running as root and there is no postgres user to run initdb as: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-	}
-	if err := c.run(ctx, "initdb", "-D", c.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-		"--locale=C", "--no-sync"); err != nil {
+	if err := c.own(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	conf := strings.Join([]string{
-		"listen_addresses = '127.0.0.1'",
-		"unix_socket_directories = ''",
-		"max_connections = 200",
-		"shared_buffers = 128MB",
-		"fsync = on",
-		"synchronous_commit = on",
-		"log_min_messages = warning",
-		"logging_collector = off",
-	}, "\n") + "\n"
-	f, err := os.OpenFile(filepath.Join(c.data(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = f.WriteString(conf)
-		f.Close()
-	}
-	if err != nil {
+	if err := c.initdb(ctx); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -290,6 +271,46 @@ func startCluster(ctx context.Context) (*cluster, error) {
 	}
 	_ = os.RemoveAll(dir)
 	return nil, err
+}
+
+// own makes the cluster's directory its user's: the postgres user when the process is root
+// (PostgreSQL refuses to run as root), else the process's.
+func (c *cluster) own() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return fmt.Errorf("running as root and there is no postgres user to run initdb as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	return os.Chown(c.dir, uid, gid)
+}
+
+// initdb creates the cluster's data directory and settings.
+func (c *cluster) initdb(ctx context.Context) error {
+	if err := c.run(ctx, "initdb", "-D", c.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+		"--locale=C", "--no-sync"); err != nil {
+		return err
+	}
+	conf := strings.Join([]string{
+		"listen_addresses = '127.0.0.1'",
+		"unix_socket_directories = ''",
+		"max_connections = 200",
+		"shared_buffers = 128MB",
+		"fsync = on",
+		"synchronous_commit = on",
+		"log_min_messages = warning",
+		"logging_collector = off",
+	}, "\n") + "\n"
+	f, err := os.OpenFile(filepath.Join(c.data(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString(conf)
+		f.Close()
+	}
+	return err
 }
 
 func (c *cluster) data() string { return filepath.Join(c.dir, "data") }

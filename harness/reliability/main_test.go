@@ -18,11 +18,15 @@ import (
 
 // The scenarios run against a real PostgreSQL (pgtest) and a real SQS-compatible server
 // (sqstest: GoAws, fauxqs with SQSINBOX_TEST_SQS=fauxqs, or AWS_ENDPOINT_URL_SQS). Worker processes are this test binary re-executed:
-// TestMain runs reliability.WorkerMain instead of the tests when reliability.EnvWorker is set.
+// TestMain runs reliability.WorkerMain instead of the tests when reliability.EnvWorker is set, and
+// the warehouse example's worker (reliability.WarehouseMain) when reliability.EnvWarehouse is.
 var env *reliability.Env
 
 func TestMain(m *testing.M) {
 	if code := reliability.WorkerMain(); code >= 0 {
+		os.Exit(code)
+	}
+	if code := reliability.WarehouseMain(); code >= 0 {
 		os.Exit(code)
 	}
 	os.Exit(run(m))

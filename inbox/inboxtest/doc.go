@@ -22,7 +22,12 @@
 // The environment variable TEST_DATABASE_URL names the database (a postgres:// URL, or pgx's
 // key=value form); [WithDatabaseURL] names another. The fixture creates and drops schemas in it
 // (it needs the CREATE privilege on the database) and changes nothing else, so one database
-// serves every test, run after run, and a developer's and a CI's alike. A throwaway one:
+// serves every test, run after run, and a developer's and a CI's alike. With `make dev` running
+// in the sqsinbox repository, its database will do:
+//
+//	export TEST_DATABASE_URL=$DATABASE_URL   # the DATABASE_URL make dev prints
+//
+// Any local PostgreSQL does too; with Docker instead:
 //
 //	docker compose -f localstack/docker-compose.yml up -d --wait   # in the sqsinbox repository
 //	export TEST_DATABASE_URL='postgres://sqsinbox:sqsinbox@127.0.0.1:5433/sqsinbox?sslmode=disable'

@@ -24,10 +24,13 @@ import (
 // EnvURL names the environment variable that points the fixture at a database.
 const EnvURL = "TEST_DATABASE_URL"
 
-// errNoDatabase is New's failure when no database is named.
+// errNoDatabase is New's failure when no database is named. It offers the databases nearest to
+// hand first: `make dev`'s, then one of the developer's own, and Docker last.
 var errNoDatabase = errors.New(EnvURL + " is not set: set it to a PostgreSQL database in which the tests may create " +
-	"and drop schemas (postgres://user:password@host:port/database), or pass WithDatabaseURL; for a throwaway one, " +
-	"`docker compose -f localstack/docker-compose.yml up -d --wait` in the sqsinbox repository starts one, and then " +
+	"and drop schemas, or pass WithDatabaseURL. With `make dev` running (in the sqsinbox repository), use the " +
+	"DATABASE_URL it prints: " + EnvURL + "=$DATABASE_URL. Any local PostgreSQL works too: " + EnvURL +
+	"=postgres://user:password@127.0.0.1:5432/database. Or, with Docker, " +
+	"`docker compose -f localstack/docker-compose.yml up -d --wait` in the sqsinbox repository starts one: " +
 	EnvURL + "=postgres://sqsinbox:sqsinbox@127.0.0.1:5433/sqsinbox?sslmode=disable")
 
 // SchemaPrefix begins the name of every schema the fixture creates. A test binary that was

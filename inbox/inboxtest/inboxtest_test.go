@@ -213,14 +213,23 @@ func TestNewRefusesBadOptions(t *testing.T) {
 }
 
 // TestNoDatabase: without TEST_DATABASE_URL (and WithDatabaseURL), New fails the test with a
-// message that names the variable and the docker compose alternative. No server; it changes the
-// process's environment, so it does not run in parallel.
+// message that names the variable and where to find a database, nearest first: `make dev`'s
+// DATABASE_URL, then a local PostgreSQL, and the docker compose alternative last. No server; it
+// changes the process's environment, so it does not run in parallel.
 func TestNoDatabase(t *testing.T) {
 	t.Setenv(inboxtest.EnvURL, "")
 	msg := newFails(t)
-	for _, want := range []string{"inboxtest: TEST_DATABASE_URL is not set", "WithDatabaseURL", "docker compose -f localstack/docker-compose.yml"} {
-		if !strings.Contains(msg, want) {
+	at := -1
+	for _, want := range []string{"inboxtest: TEST_DATABASE_URL is not set", "WithDatabaseURL", "`make dev`",
+		"TEST_DATABASE_URL=$DATABASE_URL", "local PostgreSQL", "docker compose -f localstack/docker-compose.yml"} {
+		i := strings.Index(msg, want)
+		switch {
+		case i < 0:
 			t.Errorf("New failed with %q, want a message with %q", msg, want)
+		case i < at:
+			t.Errorf("New failed with %q: %q comes before what precedes it in the list", msg, want)
+		default:
+			at = i
 		}
 	}
 }

@@ -9,6 +9,8 @@
 //     HTTP keys', the outbox's);
 //   - pgtx: a COMMIT of unknown outcome told from a refused one, a lost connection from a failed
 //     statement;
+//   - pooler: telling a transaction pooler (PgBouncer, RDS Proxy) in front of PostgreSQL, and the
+//     pgx query modes that work behind one;
 //   - plainbody: plain request bodies for the AWS SDK's HTTP clients (aws-sdk-go-v2 #2737);
 //   - sqlident: validating and quoting SQL identifiers;
 //   - startstop: the start/stop life of the long-lived services (worker.Worker, outbox.Relay);

@@ -124,8 +124,9 @@ func TestEndToEndGenerations(t *testing.T) {
 	}
 }
 
-// TestBadKeyGoesToDLQ (the pass's SQS server): a message without a key is retried and then dead-lettered,
-// never processed and never silently discarded.
+// TestBadKeyGoesToDLQ (the pass's SQS server, PostgreSQL): a message without a key is retried and
+// then dead-lettered, never processed and never silently discarded; each failed receive is
+// recorded, without a key.
 func TestBadKeyGoesToDLQ(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -144,6 +145,13 @@ func TestBadKeyGoesToDLQ(t *testing.T) {
 	}
 	if f := met.failed.Load(); f != 6 {
 		t.Errorf("failed = %d, want 2 messages × maxReceiveCount 3", f)
+	}
+	// Each failed receive is recorded without a key, under its message: 3 for each message.
+	var perMessage []int
+	err := b.pool.QueryRow(t.Context(), `SELECT array_agg(n ORDER BY n) FROM (SELECT count(*) AS n FROM `+b.schema+
+		`.inbox_failures WHERE event_id IS NULL AND handler = 'warehouse' AND error LIKE '%message%' GROUP BY message_id) s`).Scan(&perMessage)
+	if err != nil || len(perMessage) != 2 || perMessage[0] != 3 || perMessage[1] != 3 {
+		t.Errorf("failures recorded per message: %v (%v); want 3 for each of the 2, without a key", perMessage, err)
 	}
 }
 

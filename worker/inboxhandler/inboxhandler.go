@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -57,12 +58,61 @@ func New(ib *inbox.Inbox, name string, key KeyFunc, fn Func) (*Handler, error) {
 func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	key, err := h.key(m)
 	if err != nil {
-		return fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
+		err = fmt.Errorf("inboxhandler %s: message %s: %w", h.name, m.ID, err)
+		recordFailures(ctx, h.ib, []inbox.Failure{failure(h.name, "", m, err)})
+		return err
 	}
 	out, err := h.ib.Run(inbox.WithDelivery(ctx, delivery(m)), h.name, key, func(ctx context.Context, tx pgx.Tx) error {
 		return h.fn(ctx, tx, m)
 	})
-	return h.result(ctx, out, err)
+	res := h.result(ctx, out, err)
+	if failed(ctx, res) {
+		recordFailures(ctx, h.ib, []inbox.Failure{failure(h.name, key, m, res)})
+	}
+	return res
+}
+
+// recordTimeout bounds the statement that records a message's failures: the message's
+// settlement waits for it.
+const recordTimeout = 5 * time.Second
+
+// recordFailures records fs after their transaction rolled back, bounded by recordTimeout even
+// when ctx has ended (a timeout is a failure too). It is best effort: the inbox counts and logs
+// a failure it could not record, and the message's result stays what it was.
+func recordFailures(ctx context.Context, ib *inbox.Inbox, fs []inbox.Failure) {
+	if len(fs) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	_ = ib.RecordFailures(rctx, fs)
+}
+
+// failure is the record of m's failed attempt by handler, with the event key (empty when m has
+// none).
+func failure(handler, key string, m *worker.Message, err error) inbox.Failure {
+	return inbox.Failure{Handler: handler, EventID: key, MessageID: m.ID, Queue: m.Queue, ReceiveCount: m.ReceiveCount, Error: err.Error()}
+}
+
+// failed reports whether res, a message's result, is a failure of the message's own, which the
+// inbox records: an error of the handler (a typed retry or discard included), a panic, a
+// timeout, or no valid key. A duplicate, a message not run (FIFO order), a blocked claim, an
+// outage, a broken deployment and a stop (ctx ended for another reason than the handler
+// timeout) are not the message's fault and are not recorded.
+func failed(ctx context.Context, res error) bool {
+	var (
+		blocked     *worker.BlockedError
+		unavailable *worker.UnavailableError
+		deployment  *worker.DeploymentError
+	)
+	switch {
+	case res == nil, errors.Is(res, worker.ErrDuplicate), errors.Is(res, worker.ErrNotRun),
+		errors.As(res, &blocked), errors.As(res, &unavailable), errors.As(res, &deployment):
+		return false
+	case ctx.Err() != nil:
+		return errors.Is(res, worker.ErrHandlerTimeout) || errors.Is(context.Cause(ctx), worker.ErrHandlerTimeout)
+	}
+	return true
 }
 
 // delivery is what the inbox records of m with its claim, for an operator's lookup.
@@ -112,6 +162,8 @@ func (h *Handler) HandleBatch(ctx context.Context, b *worker.Batch) []error {
 // handlers must share ib.
 func handleBatch(ctx context.Context, ib *inbox.Inbox, b *worker.Batch, pick func(*worker.Message) (*Handler, error)) []error {
 	res := make([]error, b.Len())
+	var fails []inbox.Failure
+	defer func() { recordFailures(ctx, ib, fails) }()
 	items := make([]inbox.Item, 0, b.Len())
 	idx := make([]int, 0, b.Len())
 	hs := make([]*Handler, b.Len())
@@ -127,6 +179,9 @@ func handleBatch(ctx context.Context, ib *inbox.Inbox, b *worker.Batch, pick fun
 		if err != nil {
 			if res[i] = b.Runnable(i); res[i] == nil {
 				res[i] = err
+				if h != nil {
+					fails = append(fails, failure(h.name, "", m, err))
+				}
 				var discard *worker.DiscardError
 				if !errors.As(err, &discard) { // a discarded message is done: its group goes on
 					b.Halt(i)
@@ -148,6 +203,9 @@ func handleBatch(ctx context.Context, ib *inbox.Inbox, b *worker.Batch, pick fun
 	for j, r := range results {
 		i := idx[j]
 		res[i] = hs[i].result(b.Context(i), r.Outcome, r.Err)
+		if failed(b.Context(i), res[i]) {
+			fails = append(fails, failure(hs[i].name, items[j].Key, b.Message(i), res[i]))
+		}
 	}
 	b.Count(worker.RolledBack, st.RolledBack)
 	b.Count(worker.BatchRetries, st.Retries)

@@ -24,7 +24,8 @@ import (
 // the nine others a handler that writes one effect. maxReceiveCount is 3 and the backoff 0.
 //
 // Expected on both paths: the nine good events are applied once each and never fail; the bad
-// event ends as its row says (in the DLQ after exactly 3 failed receives, with nothing of it
+// event ends as its row says, with each of its failed attempts recorded in the inbox (none where
+// it did not fail, the broken deployment included) (in the DLQ after exactly 3 failed receives, with nothing of it
 // committed; or applied once); the worker pauses only for the broken deployment, and then
 // resumes once the deployment is fixed.
 func TestOutcomeTable(t *testing.T) {
@@ -205,6 +206,7 @@ func TestOutcomeTable(t *testing.T) {
 						t.Errorf("DLQ holds %d messages (%v), want 0", n, err)
 					}
 				}
+				b.checkFailures(t, q.Name, r.end, r.logs)
 				paused := logs.has("pausing receives", "")
 				if paused != (r.end == "paused") {
 					t.Errorf("the worker paused: %v, want %v; logged:\n%s", paused, r.end == "paused", logs)
@@ -277,4 +279,34 @@ func (l *logCapture) String() string {
 	l.sink.mu.Lock()
 	defer l.sink.mu.Unlock()
 	return strings.Join(l.sink.lines, "\n")
+}
+
+// checkFailures checks the failure records of evt-bad, the outcome table's bad event, that ended
+// as end: after "dlq", one per failed receive (3), each naming the handler, the queue, the one
+// SQS message, its receive count (on a server that counts them) and an error holding text; else
+// none.
+func (b *bundle) checkFailures(t *testing.T, queue, end, text string) {
+	t.Helper()
+	fs, err := b.ib.Failures(t.Context(), []string{"evt-bad"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end != "dlq" {
+		if len(fs) != 0 {
+			t.Errorf("%d failures recorded for evt-bad, which did not fail: %+v", len(fs), fs)
+		}
+		return
+	}
+	if len(fs) != 3 {
+		t.Fatalf("%d failures recorded for evt-bad, want 3: %+v", len(fs), fs)
+	}
+	for i, f := range fs {
+		if f.Handler != "warehouse" || f.Queue != queue || f.MessageID == "" || f.MessageID != fs[0].MessageID ||
+			!strings.Contains(f.Error, text) || f.Instance == "" || f.FailedAt.IsZero() {
+			t.Errorf("failure %d: %+v; want handler warehouse, queue %s, the one message, an error holding %q", i, f, queue, text)
+		}
+		if want := 3 - i; !srv.GoAws && f.ReceiveCount != want {
+			t.Errorf("failure %d (newest first) has receive count %d, want %d", i, f.ReceiveCount, want)
+		}
+	}
 }

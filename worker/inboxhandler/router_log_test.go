@@ -14,7 +14,8 @@ import (
 
 // TestRouterStartLineNamesRoutes (the pass's SQS server, and PostgreSQL): a worker whose handler
 // is a router logs, in its JSON start-up line, each routed type with its handler's name, where
-// the type is read, and the inbox's schema and retention, as a plain inbox handler does.
+// the type is read, and the inbox's schema and retention, as a plain inbox handler does, its
+// durations as strings ("672h0m0s"), not nanoseconds.
 func TestRouterStartLineNamesRoutes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -47,7 +48,8 @@ func TestRouterStartLineNamesRoutes(t *testing.T) {
 		`"type_source":"attribute type, else field kind"`,
 		`"unknown":"fail"`,
 		`"inbox_schema":"` + b.schema + `"`,
-		`"inbox_retention":`,
+		`"inbox_retention":"672h0m0s"`, // durations as strings, like the worker's own
+		`"idle_in_transaction_timeout":"`,
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the start line lacks %s:\n%s", want, line)

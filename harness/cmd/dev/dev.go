@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,9 @@ import (
 
 // region is the region of the printed environment; fauxqs puts it in its ARNs.
 const region = "us-east-1"
+
+// devDatabase is the database of the command's own PostgreSQL.
+const devDatabase = "sqsinbox"
 
 // pingTimeout bounds the check that DATABASE_URL answers.
 const pingTimeout = 10 * time.Second
@@ -53,6 +57,7 @@ func run(ctx context.Context, o options) error {
 	env := [][2]string{
 		{"AWS_ENDPOINT_URL", endpoint},
 		{"AWS_REGION", region},
+		{"AWS_DEFAULT_REGION", region}, // the aws CLI v1 reads only this one
 		{"AWS_ACCESS_KEY_ID", "test"},
 		{"AWS_SECRET_ACCESS_KEY", "test"},
 	}
@@ -61,6 +66,9 @@ func run(ctx context.Context, o options) error {
 	}
 	for _, k := range overriding {
 		_ = os.Unsetenv(k)
+	}
+	if err := checkQueueNames(o.Queues); err != nil {
+		return err
 	}
 
 	say("Starting fauxqs %s on %s (installed with npm on first use)...", sqstest.FauxqsVersion, endpoint)
@@ -75,15 +83,18 @@ func run(ctx context.Context, o options) error {
 	exited := srv.Exited()
 
 	dbURL, dbDesc := os.Getenv("DATABASE_URL"), "the database DATABASE_URL names"
-	throwaway := dbURL == ""
-	if throwaway {
-		say("Starting PostgreSQL (a throwaway cluster from the local binaries)...")
-		db, err := pgtest.StartOwned(ctx, "dev")
+	own := dbURL == ""
+	if own {
+		say("Starting PostgreSQL on 127.0.0.1:%d (a cluster from the local binaries, data in %s)...", o.PGPort, o.PGData)
+		db, err := pgtest.StartKept(ctx, o.PGData, o.PGPort, devDatabase)
+		if errors.Is(err, pgtest.ErrPortTaken) {
+			return fmt.Errorf("%w (make dev DEV_PG_PORT=5440, or -pgport 5440; or set DATABASE_URL to a database of yours)", err)
+		}
 		if err != nil {
 			return fail("starting PostgreSQL (or set DATABASE_URL to a database of yours)", err)
 		}
 		defer db.Close()
-		dbURL, dbDesc = db.URL, "a throwaway cluster in "+db.Dir()+" (deleted when this command stops)"
+		dbURL, dbDesc = db.URL, "a cluster kept in "+db.Dir()+" (same URL and data at the next start; delete the directory to start afresh)"
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -103,7 +114,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	r, err := createResources(ctx, srv, snsClient)
+	r, err := createResources(ctx, srv, snsClient, o.Queues)
 	if err != nil {
 		return fail("creating the queues and the topic", err)
 	}
@@ -117,7 +128,8 @@ func run(ctx context.Context, o options) error {
 	say("")
 	say("SQS, SNS:   fauxqs %s on %s", sqstest.FauxqsVersion, endpoint)
 	say("PostgreSQL: %s, %s", strings.Fields(version)[0], dbDesc)
-	say("Queues:     %s, each with a DLQ (NAME%s, maxReceiveCount %d)", strings.Join(queueNames, ", "), dlqSuffix, maxReceiveCount)
+	say("Queues:     %s, each with a DLQ (NAME%s, maxReceiveCount %d) and a %v visibility timeout",
+		strings.Join(append(slices.Clone(queueNames), o.Queues...), ", "), dlqSuffix, maxReceiveCount, visibility)
 	var subs []string
 	for _, s := range subscriptions {
 		how := "SNS envelopes"
@@ -147,11 +159,11 @@ func run(ctx context.Context, o options) error {
 	say("%s   # in a third terminal", sendExample)
 	say("%s", selectPickTasks)
 	say("")
-	stops := "fauxqs"
-	if throwaway {
-		stops += " and the throwaway PostgreSQL, deleting its data"
+	stops := "fauxqs, whose queues and messages are then gone,"
+	if own {
+		stops += " and PostgreSQL, whose data is kept,"
 	}
-	say("%s, which stop %s.", readyLine, stops)
+	say("%s, which stop %s.", readyLine, strings.TrimSuffix(stops, ","))
 
 	select {
 	case <-ctx.Done():
@@ -163,9 +175,15 @@ func run(ctx context.Context, o options) error {
 }
 
 // envName names the variable of the printed environment that holds a queue's URL or the topic's
-// ARN: envName("payments-ledger", "_QUEUE_URL") is PAYMENTS_LEDGER_QUEUE_URL.
+// ARN: envName("payments-ledger", "_QUEUE_URL") is PAYMENTS_LEDGER_QUEUE_URL, and
+// envName("billing.fifo", "_QUEUE_URL") BILLING_FIFO_QUEUE_URL.
 func envName(name, suffix string) string {
-	return strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + suffix
+	return strings.ToUpper(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, name)) + suffix
 }
 
 // shellQuote returns v as one word of a POSIX shell: as it is when it holds only characters that

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,9 +31,10 @@ import (
 )
 
 // The tests run the command as `make dev` does, in a process of its own (this test binary running
-// main, so under -race), on a free port rather than 4566 so that they never meet a developer's
-// `make dev` or LocalStack. The command starts fauxqs (sqstest's pinned install) and, unless
-// DATABASE_URL is given, a throwaway PostgreSQL cluster (pgtest).
+// main, so under -race), on free ports rather than 4566 and 5434, and with a data directory of the
+// test's, so that they never meet a developer's `make dev` or LocalStack. The command starts
+// fauxqs (sqstest's pinned install) and, unless DATABASE_URL is given, a PostgreSQL cluster whose
+// data it keeps (pgtest.StartKept).
 
 // envRunMain makes the test binary run main instead of the tests.
 const envRunMain = "DEV_RUN_MAIN"
@@ -45,13 +47,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestDevFirstWorker follows README.md's "Running it locally" on fauxqs and a throwaway
-// PostgreSQL, both started by the command: it starts the command, waits for the environment it
-// prints, runs `firstworker migrate` (pick_tasks), runs examples/firstworker (built) with that environment and
+// TestDevFirstWorker follows README.md's "Running it locally" on fauxqs and PostgreSQL, both
+// started by the command: it starts the command, waits for the environment it prints, runs
+// `firstworker migrate` (pick_tasks), runs examples/firstworker (built) with that environment and
 // QUEUE_URL, sends an OrderPaid twice with the printed `sqsinbox send` line (the CLI built) and
 // publishes another to the topic order-paid, and waits for one pick task per order and the
 // published event in loyalty's queue. SIGTERM then stops the worker and the command, each with
-// exit status 0, and the cluster's directory and fauxqs are gone.
+// exit status 0, and fauxqs is gone; the cluster's directory is kept. A second start with the same
+// directory and port prints the same DATABASE_URL, and the pick tasks are still there.
 func TestDevFirstWorker(t *testing.T) {
 	t.Parallel()
 	bin := t.TempDir()
@@ -61,17 +64,13 @@ func TestDevFirstWorker(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	port := freePort(t)
-	dev := startDev(t, port)
-	m := regexp.MustCompile(`a throwaway cluster in (\S+) `).FindStringSubmatch(dev.out.String())
-	if m == nil {
-		t.Fatalf("the command names no throwaway cluster:\n%s", dev.out.String())
+	port, pg := freePort(t), ownPG(t)
+	dev := startDev(t, port, pg)
+	m := regexp.MustCompile(`a cluster kept in (\S+) `).FindStringSubmatch(dev.out.String())
+	if m == nil || m[1] != pg.dir {
+		t.Fatalf("the command names no cluster kept in %s:\n%s", pg.dir, dev.out.String())
 	}
-	clusterDir := m[1]
-	if _, err := os.Stat(clusterDir); err != nil {
-		t.Fatalf("the cluster's directory: %v", err)
-	}
-	for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DATABASE_URL",
+	for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DATABASE_URL",
 		"WAREHOUSE_QUEUE_URL", "LOYALTY_QUEUE_URL", "PAYMENTS_QUEUE_URL", "PAYMENTS_LEDGER_QUEUE_URL", "ORDER_PAID_TOPIC_ARN"} {
 		if dev.env[k] == "" {
 			t.Errorf("the command exports no %s:\n%s", k, dev.out.String())
@@ -126,13 +125,52 @@ func TestDevFirstWorker(t *testing.T) {
 
 	worker.stop(t)
 	dev.stop(t)
-	if _, err := os.Stat(clusterDir); !os.IsNotExist(err) {
-		t.Errorf("the throwaway cluster's directory %s is still there after the command stopped (stat: %v)", clusterDir, err)
+	for what, p := range map[string]int{"fauxqs": port, "PostgreSQL": pg.port} {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p), time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still listens on port %d after the command stopped", what, p)
+		}
 	}
-	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
-		c.Close()
-		t.Errorf("fauxqs still listens on port %d after the command stopped", port)
+	if _, err := os.Stat(filepath.Join(pg.dir, "data", "PG_VERSION")); err != nil {
+		t.Errorf("the cluster's data is gone after the command stopped: %v", err)
 	}
+
+	again := startDev(t, freePort(t), pg)
+	if again.env["DATABASE_URL"] != dev.env["DATABASE_URL"] {
+		t.Errorf("the second start exports DATABASE_URL=%s, the first %s", again.env["DATABASE_URL"], dev.env["DATABASE_URL"])
+	}
+	pool, err = pgxpool.New(t.Context(), again.env["DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if count("o-1") != 1 || count("o-2") != 1 {
+		t.Errorf("after a restart, pick tasks o-1 %d and o-2 %d; want the 1 each written before", count("o-1"), count("o-2"))
+	}
+	pool.Close()
+	again.stop(t)
+}
+
+// ownPGOptions are where the command's own PostgreSQL listens and keeps its data in a test.
+type ownPGOptions struct {
+	port int
+	dir  string
+}
+
+// ownPG returns a free port and a data directory of t's for the command's own PostgreSQL. The
+// directory is open to others: when the tests run as root, PostgreSQL runs as the postgres user,
+// who cannot reach t.TempDir().
+func ownPG(t *testing.T) ownPGOptions {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sqsinbox-devtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return ownPGOptions{port: freePort(t), dir: filepath.Join(dir, "pg")}
 }
 
 // TestDevDatabaseURL runs the command with DATABASE_URL naming a database of pgtest's
@@ -147,7 +185,8 @@ func TestDevDatabaseURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	dev := startDev(t, freePort(t), "DATABASE_URL="+db.URL)
+	mine := []string{"orders", "billing.fifo"}
+	dev := startDev(t, freePort(t), ownPG(t), append([]string{"DATABASE_URL=" + db.URL}, queueArgs(mine)...)...)
 	if dev.env["DATABASE_URL"] != db.URL {
 		t.Errorf("the command exports DATABASE_URL=%s, want the one it was given, %s", dev.env["DATABASE_URL"], db.URL)
 	}
@@ -168,11 +207,15 @@ func TestDevDatabaseURL(t *testing.T) {
 		return out.Attributes
 	}
 	queueARNs := map[string]string{}
-	for _, name := range queueNames {
+	for _, name := range append(slices.Clone(queueNames), mine...) {
 		url := dev.env[envName(name, "_QUEUE_URL")]
+		if url == "" {
+			t.Errorf("the command exports no %s", envName(name, "_QUEUE_URL"))
+			continue
+		}
 		a := attrs(url)
 		queueARNs[name] = a["QueueArn"]
-		dlq, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name + dlqSuffix)})
+		dlq, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(dlqName(name))})
 		if err != nil {
 			t.Fatalf("the DLQ of %s: %v", name, err)
 		}
@@ -187,10 +230,13 @@ func TestDevDatabaseURL(t *testing.T) {
 			}
 		}
 		if got, want := d["MessageRetentionPeriod"], strconv.Itoa(seconds(dlqRetention)); got != want {
-			t.Errorf("queue %s: MessageRetentionPeriod is %q, want %s", name+dlqSuffix, got, want)
+			t.Errorf("queue %s: MessageRetentionPeriod is %q, want %s", dlqName(name), got, want)
+		}
+		if fifo := strings.HasSuffix(name, ".fifo"); (a["FifoQueue"] == "true") != fifo || (d["FifoQueue"] == "true") != fifo {
+			t.Errorf("queue %s: FifoQueue is %q, its DLQ's %q; want both FIFO: %t", name, a["FifoQueue"], d["FifoQueue"], fifo)
 		}
 		jsonEqual(t, name+"'s RedrivePolicy", a["RedrivePolicy"], map[string]any{"deadLetterTargetArn": d["QueueArn"], "maxReceiveCount": maxReceiveCount})
-		jsonEqual(t, name+dlqSuffix+"'s RedriveAllowPolicy", d["RedriveAllowPolicy"], map[string]any{"redrivePermission": "byQueue", "sourceQueueArns": []string{a["QueueArn"]}})
+		jsonEqual(t, dlqName(name)+"'s RedriveAllowPolicy", d["RedriveAllowPolicy"], map[string]any{"redrivePermission": "byQueue", "sourceQueueArns": []string{a["QueueArn"]}})
 	}
 
 	snsClient := sns.NewFromConfig(cfg, func(o *sns.Options) { o.BaseEndpoint = ep })
@@ -252,8 +298,9 @@ func TestDevDatabaseURL(t *testing.T) {
 }
 
 // TestDevRefuses runs the command where it must refuse, with exit status 1 and a message naming
-// why: its port taken (no server is started), and a DATABASE_URL that does not answer (fauxqs is
-// started, then stopped).
+// why: its port taken (no server is started), a queue name SQS would refuse, one given twice, and
+// two that would be exported under one name (nothing is started), a DATABASE_URL that does not
+// answer, and its PostgreSQL's port taken (fauxqs is started, then stopped).
 func TestDevRefuses(t *testing.T) {
 	t.Parallel()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -272,13 +319,20 @@ func TestDevRefuses(t *testing.T) {
 		{"port taken", takenPort, nil, fmt.Sprintf("127.0.0.1:%d is taken", takenPort)},
 		{"database does not answer", freePort(t), []string{fmt.Sprintf("DATABASE_URL=postgres://app@127.0.0.1:%d/app?sslmode=disable&connect_timeout=5", closed)},
 			"connecting to PostgreSQL (the database DATABASE_URL names)"},
+		{"PostgreSQL's port taken", freePort(t), []string{fmt.Sprintf("-pgport=%d", takenPort)},
+			fmt.Sprintf("127.0.0.1:%d is taken", takenPort)},
+		{"bad queue name", freePort(t), queueArgs([]string{"orders:eu"}), `-queue "orders:eu": a queue name is A-Z`},
+		{"queue given twice", freePort(t), queueArgs([]string{"warehouse"}), `-queue "warehouse": given twice, or one of the command's own queues`},
+		{"same exported name", freePort(t), queueArgs([]string{"a-b", "a_b"}), `would both be exported as A_B_QUEUE_URL`},
+		{"a DLQ's name", freePort(t), queueArgs([]string{"orders-dlq"}), `names ending in -dlq are the DLQs`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-port", strconv.Itoa(c.port))
-			cmd.Env = append(append(cleanEnv(), envRunMain+"=1"), c.env...)
+			args, env := devArgs(c.port, ownPG(t), c.env)
+			cmd := exec.CommandContext(ctx, os.Args[0], args...)
+			cmd.Env = env
 			out, err := cmd.CombinedOutput()
 			if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
 				t.Fatalf("the command: %v, want exit status 1; output:\n%s", err, out)
@@ -344,11 +398,13 @@ type devProcess struct {
 	env map[string]string // the printed export lines
 }
 
-// startDev starts the command on port with this process's environment, less DATABASE_URL and
-// the AWS variables, plus env, and waits until it prints that it runs.
-func startDev(t *testing.T, port int, env ...string) *devProcess {
+// startDev starts the command with fauxqs on port and its own PostgreSQL as pg says, with this
+// process's environment, less DATABASE_URL and the AWS variables, plus env (those of its words
+// that begin with "-" are flags), and waits until it prints that it runs.
+func startDev(t *testing.T, port int, pg ownPGOptions, env ...string) *devProcess {
 	t.Helper()
-	d := &devProcess{process: startProcess(t, append(append(cleanEnv(), envRunMain+"=1"), env...), os.Args[0], "-port", strconv.Itoa(port))}
+	args, vars := devArgs(port, pg, env)
+	d := &devProcess{process: startProcess(t, vars, os.Args[0], args...)}
 	// Long enough for fauxqs's first install (npm ci, about 10 s; 70 s of retries when the
 	// registry is out of reach) and a cluster's initdb on a busy machine.
 	sqstest.WaitFor(t, 5*time.Minute, "the command to print that it runs", func() (bool, string) {
@@ -408,6 +464,31 @@ func shellUnquote(t *testing.T, v string) string {
 		t.Fatalf("unbalanced quotes: %s", v)
 	}
 	return strings.ReplaceAll(v[1:len(v)-1], `'\''`, "'")
+}
+
+// devArgs returns the command's arguments, with fauxqs on port and its own PostgreSQL as pg says,
+// and its environment: this process's, less DATABASE_URL and the AWS variables, plus extra, whose
+// words that begin with "-" are flags instead.
+func devArgs(port int, pg ownPGOptions, extra []string) (args, env []string) {
+	args = []string{"-port", strconv.Itoa(port), "-pgport", strconv.Itoa(pg.port), "-pgdata", pg.dir}
+	env = append(cleanEnv(), envRunMain+"=1")
+	for _, e := range extra {
+		if strings.HasPrefix(e, "-") {
+			args = append(args, e)
+		} else {
+			env = append(env, e)
+		}
+	}
+	return args, env
+}
+
+// queueArgs returns the flags that name the queues.
+func queueArgs(names []string) []string {
+	var args []string
+	for _, n := range names {
+		args = append(args, "-queue="+n)
+	}
+	return args
 }
 
 func freePort(t *testing.T) int {

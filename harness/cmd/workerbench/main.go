@@ -18,6 +18,12 @@
 //
 //	go run ./harness/cmd/workerbench -n 3000 -c 1,8,32,64
 //	go run ./harness/cmd/workerbench -n 3000 -c '' -sqs goaws,fauxqs -batch 10 -bc 4,8 -repeat 2
+//
+// With -failures R it measures what recording handler failures costs (failures.go): R rounds,
+// each a drain with 1% (-poison) of the messages failing, with the inbox's failure records on
+// and off, in alternating order, with the medians and ranges of both and of their ratio:
+//
+//	go run ./harness/cmd/workerbench -n 2000 -c '' -inflight 0 -failures 10
 package main
 
 import (
@@ -67,6 +73,7 @@ func main() {
 	bf.register()
 	lf.register()
 	ldf.register()
+	ff.register()
 	memChild := flag.Int("memory-child", 0, "internal: measure only the memory with this many messages in flight, in this process, and print it as one line (the memory column runs itself this way, in a fresh process)")
 	flag.BoolVar(&traced, "otel", false, "trace the worker runs (goaws, fake): workerotel.Middleware and InboxHooks on an SDK tracer provider that samples every message and drops the spans in its exporter")
 	flag.Parse()
@@ -208,6 +215,11 @@ func run(n int, csFlag string, inflight, repeat int, want func(string) bool) err
 			}
 			if peerRequests > 0 {
 				if err := b.peersTable(ctx, peerRequests); err != nil {
+					return err
+				}
+			}
+			if ff.rounds > 0 {
+				if err := b.failuresTable(ctx, n); err != nil {
 					return err
 				}
 			}

@@ -47,8 +47,10 @@ func (h handler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h handler) WithGroup(name string) slog.Handler { return handler{h.Handler.WithGroup(name)} }
 
+// hasDuration and convert resolve a slog.LogValuer first: its value (a handler's LogValue group,
+// say) may hold durations too.
 func hasDuration(a slog.Attr) bool {
-	switch a.Value.Kind() {
+	switch a.Value.Resolve().Kind() {
 	case slog.KindDuration:
 		return true
 	case slog.KindGroup:
@@ -62,6 +64,7 @@ func hasDuration(a slog.Attr) bool {
 }
 
 func convert(a slog.Attr) slog.Attr {
+	a.Value = a.Value.Resolve()
 	switch a.Value.Kind() {
 	case slog.KindDuration:
 		return slog.String(a.Key, a.Value.Duration().String())

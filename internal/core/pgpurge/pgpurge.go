@@ -33,7 +33,8 @@ type Target struct {
 	Floor *Floor
 	// BatchSize is the number of rows deleted per statement.
 	BatchSize int
-	// LockKey names the advisory lock that keeps two purgers of the target apart.
+	// LockKey names the advisory lock that keeps two purgers of the target apart: each batch's
+	// transaction holds it.
 	LockKey string
 	// OnBatch, when set, is called after each batch with the running total.
 	OnBatch func(deleted int64)
@@ -58,9 +59,12 @@ type Result struct {
 	Skipped bool
 }
 
-// Run deletes the target's rows older than its retention, one batch per statement (each its own
-// transaction), until a batch deletes fewer rows than BatchSize or ctx ends. It returns at once,
-// with Skipped set, if another session holds the target's advisory lock.
+// Run deletes the target's rows older than its retention, one batch per transaction, until a
+// batch deletes fewer rows than BatchSize or ctx ends. Each batch's transaction takes the target's
+// advisory lock (transaction-scoped, so it is safe behind a transaction pooler such as PgBouncer
+// or RDS Proxy and never left behind by a process that dies). Run returns at once, with Skipped
+// set, if another process holds the lock at its first batch; if another takes it between two
+// batches, Run returns what it deleted so far and leaves the rest to that process.
 func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 	var res Result
 	ids := []string{t.Schema, t.Table, t.Column}
@@ -83,30 +87,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 	case !t.Expiry && t.Retention <= 0:
 		return res, fmt.Errorf("purge: retention (%v) must be positive", t.Retention)
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return res, fmt.Errorf("purge: connect: %w", err)
-	}
-	defer conn.Release()
-	unlock, got, err := TryLock(ctx, conn.Conn(), t.LockKey)
-	if err != nil {
-		return res, fmt.Errorf("purge: lock: %w", err)
-	}
-	if !got {
-		res.Skipped = true
-		return res, nil
-	}
-	defer unlock()
-	// Both horizons are read once, so every batch deletes by the same ones.
+	// Both horizons are read once, in the first batch's transaction, so every batch deletes by
+	// the same ones.
 	var floor time.Time
 	var floorAge float64
 	if t.Floor != nil {
 		floorAge = t.Floor.Age.Seconds()
-	}
-	err = conn.QueryRow(ctx, "SELECT now() - make_interval(secs => $1), now() - make_interval(secs => $2)",
-		t.Retention.Seconds(), floorAge).Scan(&res.Horizon, &floor)
-	if err != nil {
-		return res, fmt.Errorf("purge: read the database clock: %w", err)
 	}
 	table, col := sqlident.Quote(t.Schema, t.Table), sqlident.Quote(t.Column)
 	where := col + " < $1 AND " + col + " >= $3"
@@ -125,14 +111,38 @@ func Run(ctx context.Context, pool *pgxpool.Pool, t Target) (Result, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		args := []any{res.Horizon, t.BatchSize, from}
-		if t.Floor != nil {
-			args = append(args, floor)
-		}
 		var n int64
 		var last pgtype.Timestamptz
-		if err := conn.QueryRow(ctx, del, args...).Scan(&n, &last); err != nil {
+		var got bool
+		// Each batch is a transaction that first takes the target's lock, transaction-scoped: it
+		// ends with the batch, on whichever server connection a pooler gave the transaction, and
+		// with the connection if the process dies. A session lock would outlive its unlock behind
+		// a transaction pooler (the unlock runs on another server connection).
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			if got, err = TryXactLock(ctx, tx, t.LockKey); err != nil || !got {
+				return err
+			}
+			if res.Batches == 0 {
+				err = tx.QueryRow(ctx, "SELECT now() - make_interval(secs => $1), now() - make_interval(secs => $2)",
+					t.Retention.Seconds(), floorAge).Scan(&res.Horizon, &floor)
+				if err != nil {
+					return fmt.Errorf("read the database clock: %w", err)
+				}
+			}
+			args := []any{res.Horizon, t.BatchSize, from}
+			if t.Floor != nil {
+				args = append(args, floor)
+			}
+			return tx.QueryRow(ctx, del, args...).Scan(&n, &last)
+		})
+		if err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
+		}
+		if !got {
+			// Another process purges the target now: it goes on from here.
+			res.Skipped = res.Batches == 0
+			return res, nil
 		}
 		res.Batches++
 		res.Deleted += n
@@ -176,14 +186,10 @@ func Loop(ctx context.Context, interval time.Duration, log *slog.Logger, prefix,
 	}
 }
 
-// TryLock takes the session advisory lock named key on conn, if no other session holds it, and
-// returns the function that releases it (also when ctx has ended). got is false when another
-// session holds it.
-func TryLock(ctx context.Context, conn *pgx.Conn, key string) (unlock func(), got bool, err error) {
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&got); err != nil || !got {
-		return func() {}, false, err
-	}
-	return func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
-	}, true, nil
+// TryXactLock takes the advisory lock named key for the rest of tx, if no other transaction or
+// session holds it, and reports whether it did. The lock ends with tx: nothing is left on the
+// server connection, which a transaction pooler may give to another client next.
+func TryXactLock(ctx context.Context, tx pgx.Tx, key string) (got bool, err error) {
+	err = tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", key).Scan(&got)
+	return got, err
 }

@@ -157,6 +157,11 @@ resource "aws_ecs_task_definition" "worker" {
       { name = "QUEUE_URL", value = module.queue.queue_url },
       { name = "AWS_REGION", value = var.region },
       { name = "HEALTH_ADDR", value = "127.0.0.1:8081" },
+      # The worker's settings, which workerapp reads (docs/configuration.md lists the others).
+      # format, not "${...}": a lone interpolation keeps the number, and ECS wants strings.
+      { name = "CONCURRENCY", value = format("%d", var.concurrency) },
+      { name = "MAX_PER_GROUP", value = format("%d", var.max_per_group) },
+      { name = "SHUTDOWN_TIMEOUT", value = format("%ds", var.shutdown_timeout_seconds) },
     ], local.payload_environment)
 
     # Liveness, not readiness: /livez fails only when the worker is wedged. In a database outage
@@ -169,8 +174,7 @@ resource "aws_ecs_task_definition" "worker" {
       retries     = 3
       startPeriod = 60
     }
-    # The worker's own settings that must agree with this file (set them in code or flags):
-    #   - worker.Config.ShutdownTimeout plus 5 s below stopTimeout (the default, 20 s, is);
+    # The worker's own setting that must agree with this file (set it in code):
     #   - inbox.Config.Retention at least module.queue.redelivery_horizon_seconds (the default,
     #     28 days, is). The worker checks it against the queues at start and refuses to run;
     #     inbox_retention_seconds above makes plan fail first.

@@ -69,8 +69,46 @@ variable "min_tasks" {
   }
 }
 
+variable "concurrency" {
+  description = "Handler calls each task runs at once (the worker container's CONCURRENCY, worker.Config.Concurrency): for the inbox handler each is a transaction on a PostgreSQL connection of its own, and the task's pool holds concurrency + 2 connections. Default: 10."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.concurrency >= 1 && floor(var.concurrency) == var.concurrency
+    error_message = "concurrency must be a whole number of at least 1."
+  }
+}
+
+variable "max_per_group" {
+  description = "Most handler calls the messages of one MessageGroupId may hold at once in a task (the worker container's MAX_PER_GROUP, worker.Config.MaxPerGroup): on a fair queue, where the group id names a tenant, it keeps one tenant's backlog from taking every runner. 0 means no cap. Default: 0."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.max_per_group >= 0 && floor(var.max_per_group) == var.max_per_group
+    error_message = "max_per_group must be a whole number, 0 (no cap) or more."
+  }
+}
+
+variable "shutdown_timeout_seconds" {
+  description = "Seconds the worker lets running handlers finish after SIGTERM before it cancels them (the worker container's SHUTDOWN_TIMEOUT, worker.Config.ShutdownTimeout). It then takes up to 5 s more to roll back and release what it holds, so this plus 5 must be under stop_timeout_seconds. Default: 20."
+  type        = number
+  default     = 20
+
+  validation {
+    condition     = var.shutdown_timeout_seconds >= 1 && floor(var.shutdown_timeout_seconds) == var.shutdown_timeout_seconds
+    error_message = "shutdown_timeout_seconds must be a whole number of at least 1."
+  }
+
+  validation {
+    condition     = var.shutdown_timeout_seconds + 5 < var.stop_timeout_seconds
+    error_message = "shutdown_timeout_seconds plus 5 s (the hard stop: cancel, roll back, release) must be under stop_timeout_seconds, or ECS kills the worker mid-stop."
+  }
+}
+
 variable "max_tasks" {
-  description = "Most worker tasks autoscaling starts. Each task may open as many PostgreSQL connections as its pool holds (workerapp: concurrency + 2, 12 by default): keep max_tasks times that under the server's max_connections. Default: 10."
+  description = "Most worker tasks autoscaling starts. Each task may open as many PostgreSQL connections as its pool holds (concurrency + 2, 12 by default): keep max_tasks times that under the server's max_connections. Default: 10."
   type        = number
   default     = 10
 

@@ -1,0 +1,2 @@
+DROP TABLE {{schema}}.dlq_discards;
+DROP TABLE {{schema}}.inbox_failures;
