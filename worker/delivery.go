@@ -30,6 +30,7 @@ type delivery struct {
 	pos     int       // its place in group
 	held    bool      // counted as held: received and not yet taken by a runner
 	spare   bool      // holds a slot of e.spare (received by probeFair), not of e.slots
+	probe   bool      // a parked delivery run as the pause's probe (pause.go)
 	ended   bool
 }
 
@@ -49,6 +50,7 @@ type engine struct {
 	held      atomic.Int64        // deliveries received and not yet taken by a runner
 	inFlight  atomic.Int64        // messages whose handlers run
 	pause     pauser
+	parked    parking // its ready is nil where nothing is parked (FIFO queues, MaxPerGroup)
 	metrics   Metrics
 	log       *slog.Logger
 	now       func() time.Time // the clock of the 12-hour cap; tests move it
@@ -208,6 +210,11 @@ func (d *delivery) end(done bool) {
 		return
 	}
 	d.ended = true
+	if d.probe {
+		// A parked probe that ended without a result (its lease was lost): the next may run.
+		d.probe = false
+		d.e.pause.probeDone()
+	}
 	if !done {
 		d.halt()
 	}
@@ -332,16 +339,31 @@ func (d *delivery) settle(err, cause error) {
 	e.progress.Store(time.Now().UnixNano())
 	e.settled.Add(1)
 	t := e.dispose(d.m, err, cause)
+	if d.probe {
+		d.probe = false
+		defer e.pause.probeDone() // after its result has ended the pause, or begun the next
+	}
 	switch t.pause {
 	case pauseEnd:
 		e.pause.ok(e.log)
-	case pauseOutage, pauseBroken:
+		e.parked.unpark()
+	case pauseOutage:
+		if e.parkable(d, t, cause) && e.parked.park(d) {
+			// Kept, leased, to run again when the dependency is back: no receive is spent.
+			e.pause.fail(e.log, err, false, pauseParkedMax)
+			e.metrics.Add(t.count, 1)
+			e.log.Debug("worker: message parked until the dependency is back", "message_id", d.m.ID,
+				"receive_count", d.m.ReceiveCount, "error", err)
+			return
+		}
+		fallthrough
+	case pauseBroken:
 		// Keep the message away past the next pause too (pauses grow about twofold), so that the
 		// next probe is another message and no single one runs up its receive count: kept away
 		// only as long as this pause, a failed probe came back just as the next probe was made,
 		// and on a server that returns the oldest visible message first (GoAws) it was probed
 		// again and again (postgres-restart once dead-lettered a message so, maxReceiveCount 10).
-		t.delay = max(t.delay, 3*e.pause.fail(e.log, err, t.pause == pauseBroken)+time.Second)
+		t.delay = max(t.delay, 3*e.pause.fail(e.log, err, t.pause == pauseBroken, pauseBackoffMax)+time.Second)
 	}
 	if t.done {
 		e.lastCommit.Store(time.Now().UnixNano())
@@ -374,6 +396,14 @@ func (d *delivery) settle(err, cause error) {
 		return
 	}
 	d.end(t.done)
+}
+
+// parkable reports whether d, whose result came to t (its context ended with cause, if it did),
+// may be parked in the pause: on a worker that parks, not in a FIFO group (whose order the
+// release keeps), not at a stop, and still leased.
+func (e *engine) parkable(d *delivery, t disposition, cause error) bool {
+	return e.parked.ready != nil && t.act == actRetry && d.group == nil && d.lease != nil && d.refused == nil &&
+		!errors.Is(cause, ErrStopping)
 }
 
 // visibilitySeconds turns a delay into a visibility timeout that SQS accepts for m: whole seconds

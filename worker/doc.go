@@ -25,9 +25,10 @@
 // # Prefetch
 //
 // Held messages (received, not yet started) are covered as running ones are: leased, released at
-// stop, released when a pause begins (a dependency every message needs is down), and released
-// once they have waited Config.MaxHold. During a pause the pollers probe with one message at a
-// time, and only once nothing else is outstanding.
+// stop, kept leased through a pause (a dependency every message needs is down; on a FIFO queue or
+// with MaxPerGroup, released), and released once they have waited Config.MaxHold (not in a
+// pause). During a pause one message in hand at a time runs as the probe; with none in hand the
+// pollers receive one message at a time, once nothing else is outstanding.
 //
 // # Long handlers and held messages
 //

@@ -188,6 +188,10 @@ func (w *Worker) slotsForReceive(ctx context.Context) (int, error) {
 		}
 		return n, err
 	}
+	if w.e.parked.len() > 0 || w.e.pause.probing() {
+		// A parked message is the probe (probeParked): nothing is received in the pause.
+		return 0, w.e.pause.waitChange(ctx)
+	}
 	// A probe: one message, once nothing else is outstanding, so that an outage burns few
 	// receive counts. The wait for the others is bounded, so that a handler stuck past it (or a
 	// slot held by a message that never settles) cannot stop the probes.
@@ -496,11 +500,12 @@ func (w *Worker) gather(buf []*delivery, n int, carry []*group, timer **time.Tim
 	return buf, carry, true
 }
 
-// holdBack releases, during a pause, the deliveries received before it began: they would fail as
-// the ones that began it did. Probes (received during the pause) run. A released one halts its
-// FIFO group. It returns the deliveries to run.
+// holdBack keeps from running, during a pause, the deliveries received before it began: they
+// would fail as the ones that began it did. Probes (received during the pause, or a parked one)
+// run. The others are parked (pause.go) where the worker parks; else (a FIFO queue, MaxPerGroup)
+// released, which halts a FIFO group. It returns the deliveries to run.
 //
-// They come back only past the pause, as a failed probe does: released at once, each was
+// Released ones come back only past the pause, as a failed probe does: released at once, each was
 // received again within milliseconds by a long poll sent before the pause began (on this worker
 // or another one), held back again, and so on: postgres-restart once saw one message received 8
 // times in 250 ms, and 10 times in all, which dead-lettered it.
@@ -511,9 +516,12 @@ func (w *Worker) holdBack(buf []*delivery) []*delivery {
 	}
 	var out, back []*delivery
 	for _, d := range buf {
-		if !d.m.Received.Before(since) && !d.behind() {
+		if d.probe || (!d.m.Received.Before(since) && !d.behind()) {
 			out = append(out, d)
 			continue
+		}
+		if w.e.parked.ready != nil && d.group == nil && d.refused == nil && w.e.parked.park(d) {
+			continue // kept leased until the pause ends (pause.go)
 		}
 		back = append(back, d)
 	}

@@ -108,6 +108,23 @@ func (h *lease) stop() {
 	h.running.Wait()
 }
 
+// keep keeps the lease of a parked message (see pause.go) and reports whether it could: its
+// heartbeat goes on (or again, after stop, with no handler attached), and MaxHold no longer
+// applies, since no handler could run the message in the outage. A lost lease cannot be kept.
+func (h *lease) keep() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost != nil {
+		return false
+	}
+	h.maxHold, h.cancel = 0, nil
+	if h.stopped {
+		h.stopped = false
+		h.timer.Reset(h.interval)
+	}
+	return true
+}
+
 // lose records that the lease is lost and cancels the running handler, if any; h.mu must be held.
 func (h *lease) lose(err error) {
 	h.lost = err

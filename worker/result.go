@@ -92,9 +92,11 @@ func (e *UnavailableError) Error() string { return "worker: dependency unavailab
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // Unavailable is returned by a handler when a dependency that every message needs (the
-// database) is unreachable. The message is retried after the backoff like any failure, and the
-// pollers also pause, with growing backoff, so that a database outage does not burn the receive
-// counts of the whole queue and send it to the DLQ. The first success ends the pause.
+// database) is unreachable. The pollers pause, with growing backoff, so that a database outage
+// does not burn the receive counts of the whole queue and send it to the DLQ; the message stays
+// in hand, leased by its heartbeat, one such message at a time probes, and the first success ends
+// the pause and runs them all again. (On a FIFO queue or with MaxPerGroup the message is retried
+// after a delay past the pause instead.)
 func Unavailable(err error) error {
 	if err == nil {
 		err = errors.New("unknown")

@@ -23,6 +23,9 @@ const (
 	pollBackoffMax  = 30 * time.Second
 	pauseBackoffMin = 500 * time.Millisecond
 	pauseBackoffMax = 30 * time.Second
+	// pauseParkedMax bounds the pause while its probes are parked messages (pause.go), which
+	// spend no receive: the worker resumes within it of the dependency's return.
+	pauseParkedMax = 2 * time.Second
 	// shortPollIdle is the pause after an empty receive when long polling is off.
 	shortPollIdle = 200 * time.Millisecond
 	// maxEarlyEmptyWait bounds a poller's wait after empty long polls in a row that came back
@@ -198,6 +201,14 @@ func (w *Worker) start(ctx context.Context) error {
 			}()
 		}
 	}
+	if !q.FIFO && w.fair == nil {
+		w.e.parked.ready = w.ready
+		w.pollers.Add(1)
+		go func() {
+			defer w.pollers.Done()
+			w.probeParked()
+		}()
+	}
 	w.mu.Lock()
 	w.queue = q
 	w.mu.Unlock()
@@ -334,7 +345,8 @@ func (w *Worker) stop(ctx context.Context, cancelNow bool) error {
 			grace := time.AfterFunc(receiveGrace, func() { w.recvCancel(ErrStopping) })
 			w.pollers.Wait()
 			grace.Stop()
-			close(w.ready) // no poller sends any more
+			w.e.parked.close() // nothing is parked, nor handed to the runners, from here on
+			close(w.ready)     // no poller sends any more
 			if w.fair != nil {
 				releaseAll(w.fair.close())
 			}

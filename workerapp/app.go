@@ -15,6 +15,9 @@
 //	DATABASE_URL    PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
 //	                or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is.
 //	                pool_max_conns in it sets the pool's size (default: Concurrency + 2)
+//	DATABASE_WAIT   how long a worker (or `migrate`) started while the database cannot be
+//	                reached waits for it, trying again every 2 s at most, before it exits 1
+//	                (default 5m, [DefaultDatabaseWait]; 0 does not wait)
 //	QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named as the Spec
 //	QUEUE_NAME      the queue's name, looked up at start
 //	LOG_LEVEL       debug, info (default), warn or error
@@ -192,6 +195,8 @@ func usage(name string) string {
 environment:
   DATABASE_URL    PostgreSQL connection string; else the libpq variables PGHOST, PGDATABASE
                   or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is
+  DATABASE_WAIT   how long to wait at start for a database that cannot be reached (a
+                  failover, a restart), trying again every 2 s at most (default 5m; 0: no wait)
   QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named %[1]q
   QUEUE_NAME      the queue's name, looked up at start
   LOG_LEVEL       debug, info (default), warn or error
@@ -214,6 +219,11 @@ worker settings (they override the program's own; durations in Go syntax: 30s, 5
 // (`migrate`). A worker whose ctx ends while it is still starting (ECS stops a task that has
 // not come up yet) has processed nothing: Run logs what the stop interrupted and returns nil.
 // An interrupted `migrate` returns its error, since the migrations may not all be applied.
+//
+// A database that cannot be reached at start (a failover, a restart, a network fault) is waited
+// for, up to DATABASE_WAIT: Run logs the wait once, tries again with a growing delay (2 s at
+// most), and serves /livez (up) and /readyz (down) meanwhile. A database that refuses the
+// connection (a wrong password, an unknown database) is reported at once.
 func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	getenv := o.Getenv
 	if getenv == nil {
@@ -248,16 +258,34 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	// One connection per handler, plus the purge loop. The server is asked at once, so a wrong
-	// setting is reported before anything else starts.
-	pool, err := Connect(ctx, getenv, int32(wc.Concurrency+2))
+	// The health checks are served from the start, so that a worker waiting for its database is
+	// alive (and not ready) to ECS.
+	var health *healthSwitch // none for `migrate`
+	if !migrateOnly {
+		health = &healthSwitch{}
+		stopServing, err := serveHealthChecks(getenv, &wc, health, log)
+		if err != nil {
+			return err
+		}
+		defer stopServing()
+	}
+	wait, err := newDBWait(getenv, log, health)
 	if err != nil {
+		return err
+	}
+	// One connection per handler, plus the purge loop. The server is asked at once, so a wrong
+	// setting is reported before anything else starts; one that cannot be reached is waited for.
+	var pool *pgxpool.Pool
+	if err := wait.do(ctx, "connect", func(ctx context.Context) (err error) {
+		pool, err = Connect(ctx, getenv, int32(wc.Concurrency+2))
+		return err
+	}); err != nil {
 		return err
 	}
 	defer pool.Close()
 
 	if migrateOnly {
-		return migrateAll(ctx, spec, pool, log)
+		return wait.do(ctx, "migrate", func(ctx context.Context) error { return migrateAll(ctx, spec, pool, log) })
 	}
 
 	ib, err := inbox.New(pool, &inbox.Config{Logger: log})
@@ -279,21 +307,6 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	}
 	wc.Handler = h
 	wc.Logger = log
-	health := &healthSwitch{}
-	if addr := getenv("METRICS_ADDR"); addr != "" {
-		stopMetrics, err := serveMetrics(addr, queueLabel(wc), &wc, health, log)
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
-	}
-	if addr := getenv("HEALTH_ADDR"); addr != "" {
-		stopHealth, err := serveHealth(addr, health, log)
-		if err != nil {
-			return err
-		}
-		defer stopHealth()
-	}
 	if wc.Payloads == nil {
 		if wc.Payloads, err = payloadReader(awsCfg, getenv); err != nil {
 			return err
@@ -304,7 +317,8 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 		return err
 	}
 	health.set(w)
-	if err := w.Start(ctx); err != nil {
+	// The start-up checks ask the database again: a failover may have begun since the connection.
+	if err := wait.do(ctx, "start", w.Start); err != nil {
 		return err
 	}
 	started = true

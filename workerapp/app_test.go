@@ -107,7 +107,8 @@ func TestDatabaseRefusalIsReported(t *testing.T) {
 			t.Parallel()
 			// A queue that does not exist: the database is checked first, so its error is the one
 			// reported.
-			vars := map[string]string{"DATABASE_URL": tc.url, "QUEUE_URL": "http://127.0.0.1:1/000000000000/none"}
+			// DATABASE_WAIT short: a server that does not answer is waited for that long.
+			vars := map[string]string{"DATABASE_URL": tc.url, "DATABASE_WAIT": "1s", "QUEUE_URL": "http://127.0.0.1:1/000000000000/none"}
 			for _, args := range [][]string{nil, {"migrate"}} {
 				err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: args, Getenv: env(vars), Logger: exampletest.Logger(t)})
 				if err == nil {

@@ -41,6 +41,33 @@ func serveMetrics(addr, queue string, wc *worker.Config, health http.Handler, lo
 	return serve("METRICS_ADDR", addr, mux, log)
 }
 
+// serveHealthChecks serves the metrics at METRICS_ADDR and the health checks at HEALTH_ADDR
+// (each if set), and returns the function that stops both.
+func serveHealthChecks(getenv func(string) string, wc *worker.Config, health *healthSwitch, log *slog.Logger) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	if addr := getenv("METRICS_ADDR"); addr != "" {
+		f, err := serveMetrics(addr, queueLabel(*wc), wc, health, log)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, f)
+	}
+	if addr := getenv("HEALTH_ADDR"); addr != "" {
+		f, err := serveHealth(addr, health, log)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		stops = append(stops, f)
+	}
+	return stop, nil
+}
+
 // serveHealth serves the health checks alone at addr.
 func serveHealth(addr string, health http.Handler, log *slog.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
@@ -76,9 +103,17 @@ func serve(env, addr string, h http.Handler, log *slog.Logger) (stop func(), err
 }
 
 // healthSwitch serves the worker's health checks once the worker exists, and a starting
-// worker's (alive, not ready) before.
+// worker's (alive, not ready) before, saying when it waits for the database.
 type healthSwitch struct {
-	h atomic.Pointer[http.Handler]
+	h    atomic.Pointer[http.Handler]
+	wait atomic.Bool // waiting for the database (dbWait)
+}
+
+// waiting says whether the program waits for its database. A nil s (no health checks) ignores it.
+func (s *healthSwitch) waiting(on bool) {
+	if s != nil {
+		s.wait.Store(on)
+	}
 }
 
 func (s *healthSwitch) set(w *worker.Worker) {
@@ -94,6 +129,10 @@ func (s *healthSwitch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "application/json")
 	if r.URL.Path != "/livez" {
 		rw.WriteHeader(http.StatusServiceUnavailable)
+	}
+	if s.wait.Load() {
+		_, _ = rw.Write([]byte(`{"phase":"new","waiting_for":"database"}` + "\n"))
+		return
 	}
 	_, _ = rw.Write([]byte(`{"phase":"new"}` + "\n"))
 }

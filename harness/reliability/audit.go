@@ -31,7 +31,7 @@ const (
 	// the row to exist at the end.
 	DeleteUnverified = "unverified"
 	// DeleteAfterUnknownCommit: the worker deletes a delivery whose commit it saw fail with an
-	// unknown outcome. A violation.
+	// unknown outcome, and which no later claim of the same delivery settled. A violation.
 	DeleteAfterUnknownCommit = "after-unknown-commit"
 	// DeleteUnknownHandle: the receipt handle was never seen on a receive. A violation.
 	DeleteUnknownHandle = "unknown-handle"
@@ -70,6 +70,9 @@ type Audit struct {
 	mu      sync.Mutex
 	handles map[string]msgInfo
 	unknown map[string]bool
+	// settled: receipt handles whose delivery, after an unknown commit, was claimed again in
+	// process and came to a known outcome (kept through an outage and run again).
+	settled map[string]bool
 	f       *os.File
 	w       *bufio.Writer
 	calls   *CallCounter
@@ -93,7 +96,7 @@ func NewAudit(ctx context.Context, next Client, dbURL, schema, id, path string) 
 		return nil, err
 	}
 	return &Audit{
-		Client: next, pool: pool, id: id, handles: map[string]msgInfo{}, unknown: map[string]bool{},
+		Client: next, pool: pool, id: id, handles: map[string]msgInfo{}, unknown: map[string]bool{}, settled: map[string]bool{},
 		query: `SELECT event_id FROM ` + schema + `.processed_messages WHERE handler = $1 AND event_id = ANY($2)`,
 		f:     f, w: bufio.NewWriter(f), calls: NewCallCounter(),
 	}, nil
@@ -116,6 +119,17 @@ func (a *Audit) Close() {
 func (a *Audit) MarkUnknownCommit(handle string) {
 	a.mu.Lock()
 	a.unknown[handle] = true
+	a.mu.Unlock()
+}
+
+// MarkSettled records that the delivery with this receipt handle was processed, or found a
+// duplicate, by a claim of its own: after an unknown commit, that claim found the row or made it,
+// so deleting it is no violation.
+func (a *Audit) MarkSettled(handle string) {
+	a.mu.Lock()
+	if a.unknown[handle] {
+		a.settled[handle] = true
+	}
 	a.mu.Unlock()
 }
 
@@ -195,7 +209,7 @@ func (a *Audit) audit(ctx context.Context, handles []string) {
 		switch {
 		case !ok:
 			r.Status = DeleteUnknownHandle
-		case a.unknown[h]:
+		case a.unknown[h] && !a.settled[h]:
 			r.Status = DeleteAfterUnknownCommit
 		case !info.keyOK:
 			r.Status = DeleteNoKey

@@ -51,6 +51,18 @@ func (r *recordingHandler) ackFirst(ctx context.Context, m *worker.Message) erro
 	return nil
 }
 
+// markOutcome tells the audit what the delivery with receipt handle h came to, as far as the
+// delete check cares: a commit of unknown outcome, or (later, for a delivery the worker kept
+// through an outage and ran again) a known one.
+func (r *recordingHandler) markOutcome(h string, err error) {
+	switch {
+	case errors.Is(err, inbox.ErrCommitUnknown):
+		r.audit.MarkUnknownCommit(h)
+	case err == nil, errors.Is(err, worker.ErrDuplicate):
+		r.audit.MarkSettled(h)
+	}
+}
+
 func (r *recordingHandler) Handle(ctx context.Context, m *worker.Message) error {
 	if r.cfg.Mode == ModeAckBeforeCommit {
 		if err := r.ackFirst(ctx, m); err != nil {
@@ -58,9 +70,7 @@ func (r *recordingHandler) Handle(ctx context.Context, m *worker.Message) error 
 		}
 	}
 	err := r.h.Handle(ctx, m)
-	if errors.Is(err, inbox.ErrCommitUnknown) {
-		r.audit.MarkUnknownCommit(m.ReceiptHandle)
-	}
+	r.markOutcome(m.ReceiptHandle, err)
 	return err
 }
 
@@ -79,9 +89,7 @@ func (r *recordingHandler) HandleBatch(ctx context.Context, b *worker.Batch) []e
 	id := r.blog.open(b)
 	res := r.h.HandleBatch(ctx, b)
 	for i, err := range res {
-		if errors.Is(err, inbox.ErrCommitUnknown) {
-			r.audit.MarkUnknownCommit(b.Message(i).ReceiptHandle)
-		}
+		r.markOutcome(b.Message(i).ReceiptHandle, err)
 	}
 	r.blog.close(id, res)
 	return res

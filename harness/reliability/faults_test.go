@@ -96,7 +96,8 @@ func TestFault02Sigstop(t *testing.T) {
 }
 
 // TestFault04CommitCut: the connection to PostgreSQL cut during COMMIT (before and after the
-// server got it); an unknown outcome never leads to a delete, and the redelivery settles it.
+// server got it); an unknown outcome never leads to a delete until a claim of the same delivery
+// (run again after the pause it began) or its redelivery settles it.
 func TestFault04CommitCut(t *testing.T) {
 	t.Parallel()
 	requirePass(t, runScenario(t, "commit-cut", small))

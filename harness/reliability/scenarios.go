@@ -74,8 +74,10 @@ func Scenarios() []Scenario {
 			Doc: "the same with the inbox's LockTimeout and IdleInTransactionTimeout effectively off (1 h), as before they existed: the held events must reach the DLQ"},
 		{Name: "postgres-restart", Fault: 3, Run: runPostgresRestart,
 			Doc: "PostgreSQL stopped with -m immediate and with -m fast mid-run, and started again"},
+		{Name: "postgres-failover", Fault: 3, Run: runFailover,
+			Doc: "the warehouse example's binary as 3+ processes SIGKILLed and restarted all along while PostgreSQL restarts with -m immediate and is then held down (from 1,000 events: 2 restarts and 30 s down; below: 1 restart and 8 s down): no process may exit by itself, only the poison may reach the DLQ; reports the time to the first pick task after each return"},
 		{Name: "commit-cut", Fault: 4, Run: runCommitCut,
-			Doc: "the connection to PostgreSQL cut during COMMIT by a TCP proxy, before and after the server got it: first every COMMIT (an outcome that stays unknown through three claims is handed back undeleted), then every seventh (settled in process by claiming again)"},
+			Doc: "the connection to PostgreSQL cut during COMMIT by a TCP proxy, before and after the server got it: first every COMMIT (an outcome that stays unknown through three claims is not deleted until the worker, which keeps it through the pause, claims it again), then every seventh (settled in process by claiming again)"},
 		{Name: "sqs-outage-throttle", Fault: 5, Run: runSQSOutage,
 			Doc: "throttling and 5xx injected by an HTTP proxy in front of the SQS server, then the server unreachable (connections reset) and back"},
 		{Name: "delete-fails-dlq-redrive", Fault: 6, Run: runDeleteFails,
@@ -517,16 +519,26 @@ var ErrSharedServer = errors.New("reliability: this scenario stops and restarts 
 	"that the harness starts itself from the local PostgreSQL binaries (even when TEST_DATABASE_URL is set); " +
 	"a shared server is never restarted; it is not skipped")
 
-func runPostgresRestart(ctx context.Context, e *Env, s Size) (*Report, error) {
-	// Its own cluster, whatever TEST_DATABASE_URL says: the restarts never touch a shared server.
-	db, err := pgtest.StartOwned(ctx, "relpg")
+// ownedCluster starts a throwaway cluster of the scenario's own, whatever TEST_DATABASE_URL says:
+// the restarts never touch a shared server.
+func ownedCluster(ctx context.Context, prefix string) (*pgtest.Server, error) {
+	db, err := pgtest.StartOwned(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSharedServer, err)
 	}
-	defer db.Close()
 	if !db.Owned() {
+		db.Close()
 		return nil, ErrSharedServer
 	}
+	return db, nil
+}
+
+func runPostgresRestart(ctx context.Context, e *Env, s Size) (*Report, error) {
+	db, err := ownedCluster(ctx, "relpg")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
 	r, err := e.NewRun(ctx, "postgres-restart", RunOptions{Size: s, DB: db, Visibility: 3 * time.Second, MaxReceive: 10})
 	if err != nil {
 		return nil, err

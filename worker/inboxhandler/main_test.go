@@ -70,10 +70,13 @@ type bundle struct {
 
 // setup gives the test a pool and an inbox in a freshly migrated schema of its own, with a
 // business table "effects" (no unique key, so a double effect shows).
-func setup(t testing.TB, cfg *inbox.Config) *bundle {
+func setup(t testing.TB, cfg *inbox.Config) *bundle { t.Helper(); return setupOn(t, dbURL, cfg) }
+
+// setupOn is setup on the database at url.
+func setupOn(t testing.TB, url string, cfg *inbox.Config) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
