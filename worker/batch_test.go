@@ -241,6 +241,48 @@ func TestHeldTooLongReleased(t *testing.T) {
 	})
 }
 
+// TestHeldOnLastReceiveKept (every server): a message held on its last receive (maxReceiveCount
+// 1, so the first receive is the last on every server) is not released at MaxHold, which would
+// dead-letter it unrun: one handler busy past MaxHold (four heartbeats, a second apart), Prefetch
+// 1, MaxHold 1 s; the held message is never released and runs once (released, the queue would
+// have moved it to the DLQ at its next receive).
+func TestHeldOnLastReceiveKept(t *testing.T) {
+	eachServer(t, nil, func(t *testing.T, s *server) {
+		b := s.bundle(t, sqsfake.QueueOptions{VisibilityTimeout: 3 * time.Second, MaxReceiveCount: 1})
+		b.send(t, bodies(2, "m"))
+		release := make(chan struct{})
+		met := newTestMetrics()
+		var mu sync.Mutex
+		var seen []string
+		w := workertest.Start(t, s.client, &worker.Config{QueueURL: b.url, Concurrency: 1, Prefetch: 1, MaxHold: time.Second,
+			Metrics: met, Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+				mu.Lock()
+				first := len(seen) == 0
+				seen = append(seen, string(m.Body))
+				mu.Unlock()
+				if first {
+					<-release
+				}
+				return nil
+			})})
+		sqstest.WaitFor(t, 30*time.Second, "two messages in hand and four heartbeats (past MaxHold)", func() (bool, string) {
+			return met.get(worker.Received) == 2 && met.get(worker.Heartbeats) >= 4,
+				fmt.Sprintf("received %d, heartbeats %d", met.get(worker.Received), met.get(worker.Heartbeats))
+		})
+		if n := met.get(worker.Released); n != 0 {
+			t.Errorf("%d released on their last receive: dead-lettered without running", n)
+		}
+		close(release)
+		b.waitDeleted(t, 20*time.Second)
+		workertest.Stop(t, w)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 2 {
+			t.Errorf("runs %v: want both messages, once each", seen)
+		}
+	})
+}
+
 // TestConfigBatchRefusals: HandlerBatch over the cap or on a plain handler, Linger too long.
 func TestConfigBatchRefusals(t *testing.T) {
 	t.Parallel()

@@ -143,10 +143,11 @@ type Config struct {
 	// MaxHold is the longest a received message waits for a handler. A held message that has
 	// waited this long is released to the queue (visibility 0) and counted as Released; the check
 	// runs at each of its heartbeats, so the bound is MaxHold plus a third of the visibility
-	// timeout. With MaxPerGroup on a standard queue the wait counts from the later of the
-	// message's arrival and its group's last progress, is checked every 100 ms, and a message on
-	// its last receive is kept (see MaxPerGroup). 0 means DefaultMaxHold (30 s); negative is an
-	// error.
+	// timeout. A message on its last receive (the queue's maxReceiveCount reached) is never
+	// released for waiting, since the queue would dead-letter it unrun: it keeps its lease and
+	// runs when a handler frees. With MaxPerGroup on a standard queue the wait counts from the
+	// later of the message's arrival and its group's last progress and is checked every 100 ms
+	// (see MaxPerGroup). 0 means DefaultMaxHold (30 s); negative is an error.
 	MaxHold time.Duration
 
 	// Pollers is the number of goroutines that call ReceiveMessage. 0 means sized by the worker:

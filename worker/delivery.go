@@ -75,7 +75,9 @@ func (e *engine) receive(sm *types.Message, requested, arrived time.Time) *deliv
 		d.refused = offloadRefusal(m, e.cfg.Payloads)
 	}
 	maxHold := e.cfg.MaxHold
-	if e.fairHold {
+	if e.fairHold || e.maxRecv > 0 && m.ReceiveCount >= e.maxRecv {
+		// The fair queue decides its own waits; and a message on its last receive is never given
+		// back for waiting, which would dead-letter it without its ever having run.
 		maxHold = 0
 	}
 	d.lease = startLease(e.sw, m, e.vis, e.now, maxHold)
