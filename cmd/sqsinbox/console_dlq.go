@@ -43,6 +43,22 @@ func (c *console) dlqOf(ctx context.Context, q consoleQueue) (string, map[string
 	return du, da, err
 }
 
+// takeDLQ takes the console's one action at a time (the caller unlocks c.busy) and finds q's
+// DLQ. On failure it answers with title and returns false, holding nothing.
+func (c *console) takeDLQ(w http.ResponseWriter, r *http.Request, q consoleQueue, title string) (string, bool) {
+	if !c.busy.TryLock() {
+		c.fail(w, r, http.StatusConflict, title, "another action or a peek of this console is running; try again when it is done")
+		return "", false
+	}
+	du, _, err := c.dlqOf(c.base, q)
+	if err != nil {
+		c.busy.Unlock()
+		c.fail(w, r, http.StatusBadRequest, title, err.Error())
+		return "", false
+	}
+	return du, true
+}
+
 type dlqView struct {
 	Queue, DLQName, Visible, InFlight string
 	Err, PeekErr                      string
@@ -203,17 +219,12 @@ func (c *console) dlqDiscard(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "Nothing discarded", why)
 		return
 	}
-	if !c.busy.TryLock() {
-		c.fail(w, r, http.StatusConflict, "Nothing discarded", "another action or a peek of this console is running; try again when it is done")
+	du, ok := c.takeDLQ(w, r, q, "Nothing discarded")
+	if !ok {
 		return
 	}
 	defer c.busy.Unlock()
 	ctx := c.base
-	du, _, err := c.dlqOf(ctx, q)
-	if err != nil {
-		c.fail(w, r, http.StatusBadRequest, "Nothing discarded", err.Error())
-		return
-	}
 	rep, err := discardMessages(ctx, c.sqs, c.ib, du, o)
 	var report strings.Builder
 	rep.write(&report, lastPart(du))

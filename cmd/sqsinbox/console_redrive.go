@@ -45,17 +45,12 @@ func (c *console) redrive(w http.ResponseWriter, r *http.Request) {
 		}
 		maxN = n
 	}
-	if !c.busy.TryLock() {
-		c.fail(w, r, http.StatusConflict, "Redrive not started", "another action or a peek of this console is running; try again when it is done")
+	du, ok := c.takeDLQ(w, r, q, "Redrive not started")
+	if !ok {
 		return
 	}
 	defer c.busy.Unlock()
 	ctx := c.base
-	du, _, err := c.dlqOf(ctx, q)
-	if err != nil {
-		c.fail(w, r, http.StatusBadRequest, "Redrive not started", err.Error())
-		return
-	}
 	cl, err := c.db.newClassifier(ctx, c.ib, cc)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, "Redrive not started", oneLine(err))
