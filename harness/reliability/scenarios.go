@@ -377,7 +377,16 @@ func sigkill(ctx context.Context, e *Env, s Size, name string, topic, offload bo
 		if n == 0 {
 			continue // no message received or waiting: a kill now would hit no work
 		}
-		i := rand.IntN(len(procs))
+		// Kill a process that holds work, found by its delete log and stopped first so it cannot
+		// finish in between: five kills of processes picked at random once all missed (CI, on a
+		// loaded machine, where one process had taken every message in flight).
+		i, err := r.stopOneHolding(procs, rand.IntN(len(procs)))
+		if err != nil {
+			return nil, err
+		}
+		if i < 0 {
+			continue // every message is waiting in the queue: try another moment
+		}
 		procs[i].Kill()
 		kills++
 		gen++
@@ -463,28 +472,9 @@ func runSigstop(ctx context.Context, e *Env, s Size) (*Report, error) {
 func (r *Run) stopHolding(ctx context.Context, procs []*Proc, first, events int, timeout time.Duration) (*Proc, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		recs, err := ReadDeleteLogs(r.AuditDir)
-		if err != nil {
-			return nil, err
-		}
-		for k := range procs {
-			p := procs[(first+k)%len(procs)]
-			if unsettled(recs, p.ID) == 0 {
-				continue
-			}
-			if err := p.Signal(syscall.SIGSTOP); err != nil {
-				return nil, err
-			}
-			// Stopped, its log stands still: does it still hold some?
-			if recs, err = ReadDeleteLogs(r.AuditDir); err != nil {
-				return nil, err
-			}
-			if unsettled(recs, p.ID) > 0 {
-				return p, nil
-			}
-			if err := p.Signal(syscall.SIGCONT); err != nil {
-				return nil, err
-			}
+		i, err := r.stopOneHolding(procs, first)
+		if err != nil || i >= 0 {
+			return procAt(procs, i), err
 		}
 		if n, err := r.Effects(ctx); err == nil && n >= events {
 			return nil, nil
@@ -496,6 +486,48 @@ func (r *Run) stopHolding(ctx context.Context, procs []*Proc, first, events int,
 			return nil, err
 		}
 	}
+}
+
+func procAt(procs []*Proc, i int) *Proc {
+	if i < 0 {
+		return nil
+	}
+	return procs[i]
+}
+
+// stopOneHolding looks once, in procs' order from first, for a process holding messages it has
+// received and not settled, by its delete log; it SIGSTOPs it and, if it still holds some once
+// stopped (its log then stands still), returns its index with it stopped. It returns -1 when no
+// process holds any. A process killed while stopped so holds work in flight for certain: its
+// messages come back after the visibility timeout.
+func (r *Run) stopOneHolding(procs []*Proc, first int) (int, error) {
+	recs, err := ReadDeleteLogs(r.AuditDir)
+	if err != nil {
+		return -1, err
+	}
+	for k := range procs {
+		i := (first + k) % len(procs)
+		p := procs[i]
+		if unsettled(recs, p.ID) == 0 {
+			continue
+		}
+		if ok, _ := p.Exited(); ok {
+			continue
+		}
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			return -1, err
+		}
+		if recs, err = ReadDeleteLogs(r.AuditDir); err != nil {
+			return -1, err
+		}
+		if unsettled(recs, p.ID) > 0 {
+			return i, nil
+		}
+		if err := p.Signal(syscall.SIGCONT); err != nil {
+			return -1, err
+		}
+	}
+	return -1, nil
 }
 
 // unsettled counts the messages worker received and has not tried to delete, in recs.
