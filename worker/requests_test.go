@@ -57,8 +57,9 @@ func (c *receiveLog) snapshot() []receiveCall {
 // fewer messages than it asked for, the poller waits for the rest of a batch to arrive, at the rate
 // its last receive saw and at most Config.ReceiveLinger, before it receives again. With one
 // poller, a receive that brought 1 of 10 after d is followed by the next no sooner than
-// min(ReceiveLinger, 9 × d) after it: the poller's own measure of d is at least the one taken
-// here, around the call.
+// min(ReceiveLinger, 9 × c) after it, c being the poller's cycle (from the send of its last
+// receive that brought messages, or the call's own time for the first): lingerCycle bounds it
+// from below with the times taken here, around the calls.
 func TestReceiveLingerAfterAPartialReceive(t *testing.T) {
 	t.Parallel()
 	const linger = 300 * time.Millisecond
@@ -106,7 +107,7 @@ func TestReceiveLingerAfterAPartialReceive(t *testing.T) {
 		}
 		next := calls[i+1]
 		d := call.end.Sub(call.start)
-		want := min(linger, d*time.Duration(call.asked-call.got)/time.Duration(call.got))
+		want := min(linger, lingerCycle(calls, i)*time.Duration(call.asked-call.got)/time.Duration(call.got))
 		if gap := next.start.Sub(call.end); gap < want {
 			t.Errorf("receive %d brought %d of %d after %v; the next came %v later, want at least %v", i, call.got, call.asked, d, gap, want)
 		}
@@ -115,6 +116,19 @@ func TestReceiveLingerAfterAPartialReceive(t *testing.T) {
 	if checked < n-1 {
 		t.Fatalf("%d receives brought fewer messages than they asked for and had one after them; want at least %d (%+v)", checked, n-1, calls)
 	}
+}
+
+// lingerCycle is a lower bound, from the times taken around the calls, of the cycle the poller
+// measured for receive i: from the send of the last receive before it that brought messages to
+// its own send (at least from that call's start to the end of the call before i), or, with none
+// before it, the call's own time.
+func lingerCycle(calls []receiveCall, i int) time.Duration {
+	for j := i - 1; j >= 0; j-- {
+		if calls[j].got > 0 {
+			return calls[i-1].end.Sub(calls[j].start)
+		}
+	}
+	return calls[i].end.Sub(calls[i].start)
 }
 
 // TestBacklogReceivesFullBatches (the harness's SQS server): on a backlog, where the handlers
