@@ -70,7 +70,13 @@ var errGroupHalted = fmt.Errorf("%w: an earlier message of its FIFO group was no
 // Halt says that the i-th message is not done: the later messages of its FIFO group will not run
 // (in this batch, [Batch.Runnable] refuses them; those the worker still holds are released). It
 // does nothing on a standard queue. It implements inbox.Order.
-func (b *Batch) Halt(i int) { b.ds[i].halt() }
+func (b *Batch) Halt(i int) {
+	if g := b.ds[i].group; g != nil {
+		// Marked now; the rest of the group is released when the message ends, unless it is
+		// parked in a pause (group.park), when the rest waits behind it.
+		g.mark(b.ds[i])
+	}
+}
 
 // Timeout returns Config.HandlerTimeout: how long the work of one message may run (0: no bound).
 // [Batch.Run] applies it; a handler that runs the work some other way (the inbox, which starts

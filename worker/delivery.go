@@ -50,11 +50,15 @@ type engine struct {
 	held      atomic.Int64        // deliveries received and not yet taken by a runner
 	inFlight  atomic.Int64        // messages whose handlers run
 	pause     pauser
-	parked    parking // its ready is nil where nothing is parked (FIFO queues, MaxPerGroup)
+	parked    parking // its ready is nil where nothing is parked there (FIFO queues, MaxPerGroup)
 	metrics   Metrics
 	log       *slog.Logger
 	now       func() time.Time // the clock of the 12-hour cap; tests move it
 	leaseLost episodeLog       // lease-lost lines: one warning per episode
+
+	// parkGroups: a FIFO queue without MaxPerGroup parks a message in its group (parkInGroup),
+	// and its runner keeps the group through the pause.
+	parkGroups bool
 
 	settled    atomic.Int64 // deliveries settled (the sizer's rate)
 	runNanos   atomic.Int64 // the runners' time in handler calls (the sizer's gradient)
@@ -345,12 +349,15 @@ func (d *delivery) settle(err, cause error) {
 		d.probe = false
 		defer e.pause.probeDone() // after its result has ended the pause, or begun the next
 	}
+	if t.act == actRelease && d.group != nil && d.group.parkedBefore(d) && e.parkInGroup(d, true) {
+		return // it waits, leased, behind the parked one of its FIFO group
+	}
 	switch t.pause {
 	case pauseEnd:
 		e.pause.ok(e.log)
 		e.parked.unpark()
 	case pauseOutage:
-		if e.parkable(d, t, cause) && e.parked.park(d) {
+		if e.parkable(d, t, cause) && (d.group == nil && e.parked.park(d) || d.group != nil && e.parkInGroup(d, true)) {
 			// Kept, leased, to run again when the dependency is back: no receive is spent.
 			e.pause.fail(e.log, err, false, pauseParkedMax)
 			e.metrics.Add(t.count, 1)
@@ -401,11 +408,22 @@ func (d *delivery) settle(err, cause error) {
 }
 
 // parkable reports whether d, whose result came to t (its context ended with cause, if it did),
-// may be parked in the pause: on a worker that parks, not in a FIFO group (whose order the
-// release keeps), not at a stop, and still leased.
+// may be parked in the pause: on a worker that parks (in the parking, or in its FIFO group), not
+// at a stop, and still leased.
 func (e *engine) parkable(d *delivery, t disposition, cause error) bool {
-	return e.parked.ready != nil && t.act == actRetry && d.group == nil && d.lease != nil && d.refused == nil &&
-		!errors.Is(cause, ErrStopping)
+	parks := e.parked.ready != nil && d.group == nil || e.parkGroups && d.group != nil
+	return parks && t.act == actRetry && d.lease != nil && d.refused == nil && !errors.Is(cause, ErrStopping)
+}
+
+// parkInGroup parks d in its FIFO group (group.park; first: it failed for the outage, or waits
+// behind one that did) and reports whether it could: not at a stop, nor when its lease is lost.
+// Its runner keeps the group and runs it again once the pause ends (Worker.holdGroups).
+func (e *engine) parkInGroup(d *delivery, first bool) bool {
+	if !e.parkGroups || e.parked.isClosed() || !d.lease.keep() {
+		return false
+	}
+	d.group.park(d, first)
+	return true
 }
 
 // visibilitySeconds turns a delay into a visibility timeout that SQS accepts for m: whole seconds

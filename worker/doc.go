@@ -25,9 +25,9 @@
 // # Prefetch
 //
 // Held messages (received, not yet started) are covered as running ones are: leased, released at
-// stop, kept leased through a pause (a dependency every message needs is down; on a FIFO queue or
-// with MaxPerGroup, released), and released once they have waited Config.MaxHold (not in a
-// pause). During a pause one message in hand at a time runs as the probe; with none in hand the
+// stop, kept leased through a pause (a dependency every message needs is down; on a FIFO queue
+// each group waits, in order, in its runner; with MaxPerGroup, released), and released once they
+// have waited Config.MaxHold (not in a pause). During a pause one message in hand at a time runs as the probe; with none in hand the
 // pollers receive one message at a time, once nothing else is outstanding.
 //
 // # Long handlers and held messages
@@ -44,7 +44,9 @@
 // SNS envelope, a lease lost while it waited, a message held past Config.MaxHold), the later ones
 // of its group are released (visibility 0) rather than run, in its batch too: the rule lives in
 // the worker's group, and [Batch.Runnable] and [Batch.Halt] give it to batch handlers (the
-// inbox's batch follows it as its order).
+// inbox's batch follows it as its order). One that fails because a dependency is down is not
+// given up: it is parked in its group, the later ones wait behind it, leased, and the group runs
+// on, in order, when the pause ends.
 //
 // # Start and stop
 //

@@ -11,8 +11,8 @@ import "context"
 //   - [RetryBlocked]: likewise, for work another consumer holds; counted as [Blocked], not failed.
 //   - [Unavailable]: the pollers pause, with growing backoff, then probe one message at a time
 //     until a handler succeeds (a dependency every message needs is down). The message stays in
-//     hand, leased, and runs again when the pause ends (on a FIFO queue or with MaxPerGroup: as
-//     any error, after a delay past the pause).
+//     hand, leased, and runs again when the pause ends (on a FIFO queue, with the rest of its
+//     group waiting behind it; with MaxPerGroup: as any error, after a delay past the pause).
 //   - [BrokenDeployment]: as [Unavailable], but not counted as a failure, logged once at Error
 //     level, and failing readiness at once (a missing table, column or grant).
 //   - any other error, a panic ([PanicError]) or a timeout: the message is delivered again after

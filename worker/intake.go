@@ -188,8 +188,9 @@ func (w *Worker) slotsForReceive(ctx context.Context) (int, error) {
 		}
 		return n, err
 	}
-	if w.e.parked.len() > 0 || w.e.pause.probing() {
-		// A parked message is the probe (probeParked): nothing is received in the pause.
+	if w.e.parked.len() > 0 || w.e.parked.waiting.Load() > 0 || w.e.pause.probing() {
+		// A parked message is the probe (probeParked, holdGroups): nothing is received in the
+		// pause.
 		return 0, w.e.pause.waitChange(ctx)
 	}
 	// A probe: one message, once nothing else is outstanding, so that an outage burns few
@@ -396,7 +397,19 @@ func (w *Worker) runner(id int) {
 			continue
 		}
 		run := buf
-		if w.e.pause.active() {
+		switch {
+		case !w.e.pause.active():
+		case w.e.parkGroups:
+			var stop bool
+			if run, stop = w.holdGroups(buf); stop {
+				releaseAll(buf)
+				for _, g := range carry {
+					releaseAll(g.stop())
+				}
+				carry = carry[:0]
+				continue
+			}
+		default:
 			run = w.holdBack(buf) // a new slice: buf keeps its capacity of n
 		}
 		run, release := w.e.fetchPayloads(run)
@@ -502,8 +515,8 @@ func (w *Worker) gather(buf []*delivery, n int, carry []*group, timer **time.Tim
 
 // holdBack keeps from running, during a pause, the deliveries received before it began: they
 // would fail as the ones that began it did. Probes (received during the pause, or a parked one)
-// run. The others are parked (pause.go) where the worker parks; else (a FIFO queue, MaxPerGroup)
-// released, which halts a FIFO group. It returns the deliveries to run.
+// run. The others are parked (pause.go) where the worker parks; else (MaxPerGroup) released. A
+// FIFO queue's runners keep theirs instead (holdGroups). It returns the deliveries to run.
 //
 // Released ones come back only past the pause, as a failed probe does: released at once, each was
 // received again within milliseconds by a long poll sent before the pause began (on this worker
@@ -527,6 +540,41 @@ func (w *Worker) holdBack(buf []*delivery) []*delivery {
 	}
 	releaseAllAfter(back, 3*w.e.pause.left()+time.Second)
 	return out
+}
+
+// holdGroups keeps a FIFO runner's batch buf through a pause, when it holds messages received
+// before the pause began (a message parked in its group is one): released, they would spend a
+// receive count each, and a group's head would be probed again and again. The runner waits, the
+// messages' leases kept, until the pause ends (it returns buf to run) or until its turn to probe
+// (it returns the first message, buf's others put back in their groups, in order). It reports
+// stop when the worker stops meanwhile; buf is then still the runner's to release.
+func (w *Worker) holdGroups(buf []*delivery) (run []*delivery, stop bool) {
+	p := &w.e.pause
+	_, _, since, _ := p.state()
+	if !slices.ContainsFunc(buf, func(d *delivery) bool { return !d.probe && d.m.Received.Before(since) }) {
+		return buf, false // received in the pause: the pollers' probes
+	}
+	for _, d := range buf {
+		d.lease.keep() // no MaxHold in a pause; a lost lease stays lost, and the message does not run
+	}
+	w.e.parked.waiting.Add(1)
+	defer w.e.parked.waiting.Add(-1)
+	ctx := w.life.StopContext()
+	for {
+		switch {
+		case ctx.Err() != nil || w.stopping.Load():
+			return nil, true
+		case !p.active():
+			return buf, false
+		case p.startProbe():
+			for i := len(buf) - 1; i > 0; i-- {
+				buf[i].group.park(buf[i], false)
+			}
+			buf[0].probe = true
+			return buf[:1], false
+		}
+		_ = p.wait(ctx)
+	}
 }
 
 // drain releases everything left in the ready queue once it is closed, at stop.

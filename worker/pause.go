@@ -14,7 +14,9 @@ import (
 // invisible, a parked one is the probe, and they all run again when a probe succeeds. So an
 // outage spends no receive count beyond the one receive of each message in hand (a database
 // failover does not send messages to the DLQ), and the probes, which cost nothing, can follow
-// one another closely: the worker resumes within pauseParkedMax of the dependency's return.
+// one another closely: the worker resumes within pauseParkedMax of the dependency's return. On a
+// FIFO queue a message is parked in its group instead (group.park), the later ones behind it, and
+// its runner keeps the group through the pause (holdGroups); the same probes run from there.
 
 // sleep waits for d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -245,6 +247,9 @@ type parking struct {
 	ready  chan<- item   // the runners' queue; each parked delivery holds a slot, so it has room
 	closed bool          // the worker stops: nothing is parked any more
 	change chan struct{} // closed when a delivery is parked (made by changed)
+	// waiting counts the runners that keep FIFO groups through the pause (Worker.holdGroups):
+	// their messages are the probes, as parked ones are, so nothing is received meanwhile.
+	waiting atomic.Int32
 }
 
 // changed returns a channel that is closed when a delivery is parked next.
@@ -271,6 +276,14 @@ func (pk *parking) park(d *delivery) bool {
 		pk.change = nil
 	}
 	return true
+}
+
+// isClosed reports whether the worker stops: nothing may be parked any more, in the parking or
+// in a FIFO group.
+func (pk *parking) isClosed() bool {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	return pk.closed
 }
 
 // len is the number of deliveries parked.

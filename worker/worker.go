@@ -201,6 +201,7 @@ func (w *Worker) start(ctx context.Context) error {
 			}()
 		}
 	}
+	w.e.parkGroups = q.FIFO && w.fair == nil
 	if !q.FIFO && w.fair == nil {
 		w.e.parked.ready = w.ready
 		w.pollers.Add(1)
