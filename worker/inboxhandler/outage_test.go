@@ -24,12 +24,7 @@ import (
 func TestOutageKeepsMessagesInHand(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pg, err := pgtest.StartOwned(ctx, "outage")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	b := setupOn(t, pg.URL, nil)
+	pg, b := ownedBundle(t, "outage")
 	const vis = 3 * time.Second
 	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "outage", VisibilityTimeout: vis, MaxReceiveCount: 2})
 	ids, msgs := events(40)
@@ -61,19 +56,7 @@ func TestOutageKeepsMessagesInHand(t *testing.T) {
 		st := w.State()
 		return n == 4 && st.Held == 4, fmt.Sprintf("%d handlers, %d held", n, st.Held)
 	})
-	if err := pg.Stop("immediate"); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	sqstest.WaitFor(t, time.Minute, "the worker paused", func() (bool, string) { return w.State().Paused, "" })
-	// Past two visibility timeouts: without heartbeats the messages would be visible again.
-	down := time.Now()
-	sqstest.WaitFor(t, time.Minute, "the outage to last 2.5 visibility timeouts", func() (bool, string) {
-		return time.Since(down) > 5*vis/2, ""
-	})
-	if err := pg.StartAgain(); err != nil {
-		t.Fatal(err)
-	}
+	holdDown(t, pg, w, vis, func() { close(release) })
 	up := time.Now()
 	sqstest.WaitFor(t, 2*time.Minute, "every event processed", func() (bool, string) {
 		n := b.count(t, `SELECT count(DISTINCT event_id) FROM `+b.schema+`.effects`)
@@ -100,5 +83,36 @@ func TestOutageKeepsMessagesInHand(t *testing.T) {
 	}
 	if again > 0 {
 		t.Errorf("%d messages were received again in the outage, want none: the messages in hand were sent back", again)
+	}
+}
+
+// ownedBundle starts a throwaway cluster of the test's own (its faults stop it) and sets up a
+// bundle on it.
+func ownedBundle(t *testing.T, name string) (*pgtest.Server, *bundle) {
+	t.Helper()
+	pg, err := pgtest.StartOwned(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	return pg, setupOn(t, pg.URL, nil)
+}
+
+// holdDown stops pg at once, calls stopped, waits for w to pause, and keeps the database down for
+// 2.5 visibility timeouts (past two: without heartbeats the messages in hand would be visible
+// again) before it starts it again.
+func holdDown(t *testing.T, pg *pgtest.Server, w *worker.Worker, vis time.Duration, stopped func()) {
+	t.Helper()
+	if err := pg.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	stopped()
+	sqstest.WaitFor(t, time.Minute, "the worker paused", func() (bool, string) { return w.State().Paused, "" })
+	down := time.Now()
+	sqstest.WaitFor(t, time.Minute, "the outage to last 2.5 visibility timeouts", func() (bool, string) {
+		return time.Since(down) > 5*vis/2, ""
+	})
+	if err := pg.StartAgain(); err != nil {
+		t.Fatal(err)
 	}
 }
