@@ -31,6 +31,7 @@ type delivery struct {
 	held    bool      // counted as held: received and not yet taken by a runner
 	spare   bool      // holds a slot of e.spare (received by probeFair), not of e.slots
 	probe   bool      // a parked delivery run as the pause's probe (pause.go)
+	kept    bool      // parked in its FIFO group, or kept by its runner, in a pause (holdGroups)
 	ended   bool
 }
 
@@ -422,6 +423,7 @@ func (e *engine) parkInGroup(d *delivery, first bool) bool {
 	if !e.parkGroups || e.parked.isClosed() || !d.lease.keep() {
 		return false
 	}
+	d.kept = true
 	d.group.park(d, first)
 	return true
 }

@@ -550,11 +550,11 @@ func (w *Worker) holdBack(buf []*delivery) []*delivery {
 // stop when the worker stops meanwhile; buf is then still the runner's to release.
 func (w *Worker) holdGroups(buf []*delivery) (run []*delivery, stop bool) {
 	p := &w.e.pause
-	_, _, since, _ := p.state()
-	if !slices.ContainsFunc(buf, func(d *delivery) bool { return !d.probe && d.m.Received.Before(since) }) {
+	if _, _, since, _ := p.state(); !mustWait(buf, since) {
 		return buf, false // received in the pause: the pollers' probes
 	}
 	for _, d := range buf {
+		d.kept = true
 		d.lease.keep() // no MaxHold in a pause; a lost lease stays lost, and the message does not run
 	}
 	w.e.parked.waiting.Add(1)
@@ -575,6 +575,13 @@ func (w *Worker) holdGroups(buf []*delivery) (run []*delivery, stop bool) {
 		}
 		_ = p.wait(ctx)
 	}
+}
+
+// mustWait reports whether a FIFO runner's batch buf, in a pause that began at since, holds a
+// message to keep through it: one received before the pause, or one kept in it already (else a
+// probe received in the pause that failed would run again at once, and again). A probe runs.
+func mustWait(buf []*delivery, since time.Time) bool {
+	return slices.ContainsFunc(buf, func(d *delivery) bool { return !d.probe && (d.kept || d.m.Received.Before(since)) })
 }
 
 // drain releases everything left in the ready queue once it is closed, at stop.

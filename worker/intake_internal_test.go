@@ -246,3 +246,28 @@ func TestEarlyEmptyWait(t *testing.T) {
 		t.Errorf("the first early empty after another receive waits %v, want 0", d)
 	}
 }
+
+// TestMustWaitKeepsWhatThePauseKept (no server: mustWait reads the deliveries only): a FIFO
+// runner keeps its batch through a pause when it holds a message received before the pause began,
+// or one kept in it already: a probe received in the pause that failed and was parked must wait
+// for the next probe's turn, not run again at once. A probe, and a message received in the
+// pause, run.
+func TestMustWaitKeepsWhatThePauseKept(t *testing.T) {
+	t.Parallel()
+	since := time.Now()
+	before, after := since.Add(-time.Second), since.Add(time.Second)
+	for _, tc := range []struct {
+		name string
+		d    delivery
+		want bool
+	}{
+		{"received before the pause", delivery{m: &Message{Received: before}}, true},
+		{"received in the pause", delivery{m: &Message{Received: after}}, false},
+		{"received in the pause, then parked", delivery{m: &Message{Received: after}, kept: true}, true},
+		{"the probe", delivery{m: &Message{Received: before}, kept: true, probe: true}, false},
+	} {
+		if got := mustWait([]*delivery{&tc.d}, since); got != tc.want {
+			t.Errorf("%s: mustWait = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
