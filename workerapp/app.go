@@ -18,6 +18,9 @@
 //	DATABASE_WAIT   how long a worker (or `migrate`) started while the database cannot be
 //	                reached waits for it, trying again every 2 s at most, before it exits 1
 //	                (default 5m, [DefaultDatabaseWait]; 0 does not wait)
+//	INBOX_RETENTION how long the inbox remembers a processed event (default 672h,
+//	                inbox.DefaultRetention); the worker refuses to start below the queue's
+//	                redelivery horizon
 //	QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named as the Spec
 //	QUEUE_NAME      the queue's name, looked up at start
 //	LOG_LEVEL       debug, info (default), warn or error
@@ -197,6 +200,8 @@ environment:
                   or PGSERVICE (with PGPORT, PGUSER, PGPASSWORD, ...) must say where it is
   DATABASE_WAIT   how long to wait at start for a database that cannot be reached (a
                   failover, a restart), trying again every 2 s at most (default 5m; 0: no wait)
+  INBOX_RETENTION how long processed events are remembered (default 672h, 28 days); the
+                  worker refuses to start below the queue's redelivery horizon
   QUEUE_URL       the queue's URL; else QUEUE_NAME, else the queue named %[1]q
   QUEUE_NAME      the queue's name, looked up at start
   LOG_LEVEL       debug, info (default), warn or error
@@ -258,6 +263,10 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 	if err != nil {
 		return err
 	}
+	retention, err := inboxRetention(getenv)
+	if err != nil {
+		return err
+	}
 	// The health checks are served from the start, so that a worker waiting for its database is
 	// alive (and not ready) to ECS.
 	var health *healthSwitch // none for `migrate`
@@ -288,7 +297,7 @@ func Run(ctx context.Context, spec Spec, o Options) (err error) {
 		return wait.do(ctx, "migrate", func(ctx context.Context) error { return migrateAll(ctx, spec, pool, log) })
 	}
 
-	ib, err := inbox.New(pool, &inbox.Config{Logger: log})
+	ib, err := inbox.New(pool, &inbox.Config{Logger: log, Retention: retention})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,10 @@ func runDoctor(ctx context.Context, spec Spec, o Options, getenv func(string) st
 	if err != nil {
 		return err
 	}
+	retention, err := inboxRetention(getenv)
+	if err != nil {
+		return err
+	}
 	cfg := &doctor.Config{Queue: wc.QueueURL, Worker: wc}
 	if cfg.Queue == "" {
 		cfg.Queue = wc.QueueName
@@ -56,7 +60,7 @@ func runDoctor(ctx context.Context, spec Spec, o Options, getenv func(string) st
 	} else {
 		defer pool.Close()
 		deps.Pool = pool
-		ib, err := inbox.New(pool, &inbox.Config{})
+		ib, err := inbox.New(pool, &inbox.Config{Retention: retention})
 		if err != nil {
 			return err
 		}

@@ -49,7 +49,8 @@ func moduleQueue(t *testing.T, name string, noDLQ bool) string {
 
 // TestDoctor (the pass's SQS server, PostgreSQL): `PROGRAM doctor` checks the program's own
 // settings: with the queues the Terraform module makes by default and a migrated database it
-// finds no error and exits 0; with a queue that has no DLQ it prints the finding and fails.
+// finds no error and exits 0; with INBOX_RETENTION shorter than the queue's retention, or a queue
+// that has no DLQ, it prints the finding and fails.
 func TestDoctor(t *testing.T) {
 	vars := map[string]string{"DATABASE_URL": srv.DB.URL, "AWS_ENDPOINT_URL_SQS": srv.SQS.Endpoint}
 	if err := workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"migrate"}, Getenv: env(vars), Logger: exampletest.Logger(t)}); err != nil {
@@ -62,6 +63,15 @@ func TestDoctor(t *testing.T) {
 	if err != nil || !strings.Contains(out.String(), "0 errors") {
 		t.Fatalf("doctor on the module's defaults: %v\n%s", err, out.String())
 	}
+	// A retention shorter than the queue's 4 days: a redelivery could outlive its inbox row.
+	vars["INBOX_RETENTION"] = "24h"
+	out.Reset()
+	err = workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"doctor", "--json", "--no-sns"}, Getenv: env(vars),
+		Logger: exampletest.Logger(t), Stdout: &out})
+	if !errors.Is(err, workerapp.ErrDoctorFindings) || !strings.Contains(out.String(), `"check": "queue.retention"`) {
+		t.Fatalf("doctor with INBOX_RETENTION=24h: %v\n%s", err, out.String())
+	}
+	delete(vars, "INBOX_RETENTION")
 	vars["QUEUE_URL"] = moduleQueue(t, "doctor-nodlq", true)
 	out.Reset()
 	err = workerapp.Run(t.Context(), spec, workerapp.Options{Args: []string{"doctor", "--json", "--no-sns"}, Getenv: env(vars),

@@ -127,6 +127,23 @@ func (s Spec) workerConfig(base worker.Config, getenv func(string) string) (work
 	return wc, nil
 }
 
+// inboxRetention reads INBOX_RETENTION, how long the inbox remembers a processed event (0, when
+// unset: the inbox's default, inbox.DefaultRetention). An error names the variable, quotes its
+// value and wraps [ErrBadSetting]. The worker's start refuses a retention shorter than the queue's
+// redelivery horizon.
+func inboxRetention(getenv func(string) string) (time.Duration, error) {
+	v := getenv("INBOX_RETENTION")
+	if v == "" {
+		return 0, nil
+	}
+	var ret time.Duration
+	err := duration(0, false, func(_ *worker.Config, d time.Duration) { ret = d })(nil, v)
+	if err != nil {
+		return 0, &envError{env: "INBOX_RETENTION", value: v, why: err.Error()}
+	}
+	return ret, nil
+}
+
 // settingsUsage is the usage text's list of the worker settings.
 func settingsUsage() string {
 	const indent, width = 20, 96

@@ -299,6 +299,7 @@ func TestSettingsFromTheEnvironment(t *testing.T) {
 	settings := map[string]string{
 		"CONCURRENCY": "3", "MAX_PER_GROUP": "2", "HANDLER_BATCH": "4", "PREFETCH": "5",
 		"VISIBILITY_TIMEOUT": "40s", "HANDLER_TIMEOUT": "45s", "SHUTDOWN_TIMEOUT": "12s", "MAX_HOLD": "50s",
+		"INBOX_RETENTION": "400h", // past the 14 days of the test queue's DLQ (its redelivery horizon)
 	}
 	// What each variable sets, as the start line shows it: JSON numbers, and durations as Go
 	// duration strings.
@@ -347,6 +348,9 @@ func TestSettingsFromTheEnvironment(t *testing.T) {
 			t.Errorf("the start line has %s=%v (%T), want %v from the environment; line: %v", k, started[k], started[k], v, started)
 		}
 	}
+	if h, _ := started["handler"].(map[string]any); h["inbox_retention"] != "400h0m0s" {
+		t.Errorf("the start line's handler has inbox_retention=%v, want 400h0m0s from INBOX_RETENTION; line: %v", h["inbox_retention"], started)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -372,6 +376,8 @@ func TestBadSettingRefused(t *testing.T) {
 		{"VISIBILITY_TIMEOUT=1500ms", `VISIBILITY_TIMEOUT="1500ms": must be whole seconds`},
 		{"HANDLER_TIMEOUT=13h", `HANDLER_TIMEOUT="13h": must be at most 12h0m0s`},
 		{"SHUTDOWN_TIMEOUT=soon", `SHUTDOWN_TIMEOUT="soon": not a duration`},
+		{"INBOX_RETENTION=28", `INBOX_RETENTION="28": a duration needs a unit: 28s`},
+		{"INBOX_RETENTION=-1h", `INBOX_RETENTION="-1h": must be positive`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Parallel()
