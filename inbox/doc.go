@@ -71,8 +71,9 @@
 // 40 bytes more per row, for [Inbox.Lookup] and [Inbox.List].
 //
 // inbox_routes holds, one row a queue, the routes a worker's inboxhandler.Router published when
-// it started ([Inbox.PublishRoutes]), versioned, with the version they replaced: operator tools
-// classify a dead-letter queue's messages by them ([Inbox.PublishedRoutes]).
+// it started, or the name of its one inboxhandler.Handler ([Inbox.PublishRoutes]), versioned, with
+// the version they replaced: operator tools classify a dead-letter queue's messages by them
+// ([Inbox.PublishedRoutes]).
 //
 // # Retention and purge
 //

@@ -19,13 +19,17 @@ import (
 )
 
 // Routes is what a queue's router routes: where a message's type is read, the handler of each
-// type, and what a type with no route gets. A worker whose handler is an inboxhandler.Router
+// type, and what a type with no route gets; or, for a queue whose worker runs one handler, that
+// handler (Handler). A worker whose handler is an inboxhandler.Router or inboxhandler.Handler
 // publishes them at start ([Inbox.PublishRoutes]); operator tools read them back
 // ([Inbox.PublishedRoutes]) to find the handler a dead-lettered message was routed to, as the
 // worker does, without the routes being typed again.
 type Routes struct {
 	// Queue is the name of the queue the router serves.
 	Queue string
+	// Handler, for a queue whose worker runs one handler, is that handler's name: every message
+	// goes to it, whatever its type. The other fields are then empty.
+	Handler string
 	// TypeAttribute is the message attribute that names a message's type.
 	TypeAttribute string
 	// TypeField is the top-level field of the JSON body read when the attribute is absent; ""
@@ -42,17 +46,25 @@ type Routes struct {
 
 // Handlers returns the names of the handlers the routes send to, sorted, each once.
 func (r *Routes) Handlers() []string {
+	if r.Handler != "" {
+		return []string{r.Handler}
+	}
 	return slices.Compact(slices.Sorted(maps.Values(r.Routes)))
 }
 
 // Version is a hash of everything the routes say but the queue: the same routes give the same
 // version in every process, and any change gives another.
 func (r *Routes) Version() string {
-	b, _ := json.Marshal(struct { // a map's keys are marshalled sorted
+	v := struct { // a map's keys are marshalled sorted
 		TypeAttribute, TypeField, Unknown string
 		TypeFunc                          bool
 		Routes                            map[string]string
-	}{r.TypeAttribute, r.TypeField, r.Unknown, r.TypeFunc, r.Routes})
+		Handler                           string `json:",omitempty"` // a router's version is as it was before Handler
+	}{r.TypeAttribute, r.TypeField, r.Unknown, r.TypeFunc, r.Routes, r.Handler}
+	if len(v.Routes) == 0 {
+		v.Routes = nil // none, however given
+	}
+	b, _ := json.Marshal(v)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
@@ -61,6 +73,14 @@ func (r *Routes) validate() error {
 	switch {
 	case r.Queue == "":
 		return errors.New("inbox: routes: the queue is empty")
+	case r.Handler != "":
+		if len(r.Routes) > 0 || r.TypeAttribute != "" || r.TypeField != "" || r.TypeFunc || r.Unknown != "" {
+			return fmt.Errorf("inbox: routes of queue %s: one handler (%s) and routes or a type source: give one or the other", r.Queue, r.Handler)
+		}
+		if err := ValidateHandler(r.Handler); err != nil {
+			return fmt.Errorf("inbox: routes of queue %s: %w", r.Queue, err)
+		}
+		return nil
 	case len(r.Routes) == 0:
 		return fmt.Errorf("inbox: routes of queue %s: no route", r.Queue)
 	case r.Unknown != "fail" && r.Unknown != "discard":
@@ -94,7 +114,7 @@ type PublishedRoutes struct {
 }
 
 // routesColumns are inbox_routes' columns as PublishedRoutes reads them.
-const routesColumns = "version, type_attribute, type_field, type_func, unknown, routes, instance, published_at, confirmed_at, previous"
+const routesColumns = "version, type_attribute, type_field, type_func, unknown, routes, handler, instance, published_at, confirmed_at, previous"
 
 // PublishRoutes records r as the routes of r.Queue, and returns them as kept. The same version
 // as the one kept only confirms it (ConfirmedAt and Instance); another replaces it and keeps it
@@ -107,21 +127,24 @@ func (ib *Inbox) PublishRoutes(ctx context.Context, r Routes) (*PublishedRoutes,
 	if err := r.validate(); err != nil {
 		return nil, err
 	}
+	if r.Routes == nil {
+		r.Routes = map[string]string{} // a one-handler queue's: {}
+	}
 	routes, err := json.Marshal(r.Routes)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: routes of queue %s: %w", r.Queue, err)
 	}
 	instance := cmp.Or(ib.cfg.Instance, DefaultInstance(ctx))
 	t := sqlident.Quote(ib.cfg.Schema, "inbox_routes")
-	row := ib.pool.QueryRow(ctx, "INSERT INTO "+t+" AS r (queue, version, type_attribute, type_field, type_func, unknown, routes, instance) "+
-		"VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8) ON CONFLICT (queue) DO UPDATE SET "+
+	row := ib.pool.QueryRow(ctx, "INSERT INTO "+t+" AS r (queue, version, type_attribute, type_field, type_func, unknown, routes, handler, instance) "+
+		"VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8, $9) ON CONFLICT (queue) DO UPDATE SET "+
 		"version = EXCLUDED.version, type_attribute = EXCLUDED.type_attribute, type_field = EXCLUDED.type_field, "+
-		"type_func = EXCLUDED.type_func, unknown = EXCLUDED.unknown, routes = EXCLUDED.routes, instance = EXCLUDED.instance, "+
+		"type_func = EXCLUDED.type_func, unknown = EXCLUDED.unknown, routes = EXCLUDED.routes, handler = EXCLUDED.handler, instance = EXCLUDED.instance, "+
 		"confirmed_at = now(), "+
 		"published_at = CASE WHEN r.version = EXCLUDED.version THEN r.published_at ELSE now() END, "+
 		"previous = CASE WHEN r.version = EXCLUDED.version THEN r.previous ELSE to_jsonb(r) - 'previous' END "+
 		"RETURNING "+routesColumns,
-		r.Queue, r.Version(), r.TypeAttribute, r.TypeField, r.TypeFunc, r.Unknown, string(routes), instance)
+		r.Queue, r.Version(), r.TypeAttribute, r.TypeField, r.TypeFunc, r.Unknown, string(routes), r.Handler, instance)
 	p, err := scanRoutes(row, r.Queue)
 	if err != nil {
 		return nil, ib.routesError("publish", r.Queue, err)
@@ -165,6 +188,7 @@ type routesJSON struct {
 	TypeFunc      bool              `json:"type_func"`
 	Unknown       string            `json:"unknown"`
 	Routes        map[string]string `json:"routes"`
+	Handler       string            `json:"handler"`
 	Instance      string            `json:"instance"`
 	PublishedAt   time.Time         `json:"published_at"`
 	ConfirmedAt   time.Time         `json:"confirmed_at"`
@@ -173,7 +197,7 @@ type routesJSON struct {
 func scanRoutes(row pgx.Row, queue string) (*PublishedRoutes, error) {
 	p := &PublishedRoutes{Routes: Routes{Queue: queue}}
 	var prev []byte
-	if err := row.Scan(&p.Version, &p.TypeAttribute, &p.TypeField, &p.TypeFunc, &p.Unknown, &p.Routes.Routes, &p.Instance,
+	if err := row.Scan(&p.Version, &p.TypeAttribute, &p.TypeField, &p.TypeFunc, &p.Unknown, &p.Routes.Routes, &p.Handler, &p.Instance,
 		&p.PublishedAt, &p.ConfirmedAt, &prev); err != nil {
 		return nil, err
 	}
@@ -183,7 +207,7 @@ func scanRoutes(row pgx.Row, queue string) (*PublishedRoutes, error) {
 			return nil, fmt.Errorf("the previous routes of queue %s: %w", queue, err)
 		}
 		p.Previous = &PublishedRoutes{Routes: Routes{Queue: queue, TypeAttribute: j.TypeAttribute, TypeField: j.TypeField,
-			TypeFunc: j.TypeFunc, Unknown: j.Unknown, Routes: j.Routes}, Version: j.Version, Instance: j.Instance,
+			TypeFunc: j.TypeFunc, Unknown: j.Unknown, Routes: j.Routes, Handler: j.Handler}, Version: j.Version, Instance: j.Instance,
 			PublishedAt: j.PublishedAt, ConfirmedAt: j.ConfirmedAt}
 	}
 	return p, nil

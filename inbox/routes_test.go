@@ -83,6 +83,50 @@ func TestPublishRoutesKeepsThePreviousVersion(t *testing.T) {
 	}
 }
 
+// TestPublishOneHandler (PostgreSQL): a queue whose worker runs one handler publishes its name:
+// it reads back as Handler with no routes, its version differs from a router's, a router that
+// replaces it keeps it as Previous, and one handler with routes or a type source, or a bad name,
+// is refused.
+func TestPublishOneHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &inbox.Config{Instance: "task-1"})
+	ctx := t.Context()
+	one := inbox.Routes{Queue: "payments", Handler: "payments-ledger"}
+	if _, err := b.ib.PublishRoutes(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.ib.PublishedRoutes(ctx, "payments")
+	if err != nil || got == nil {
+		t.Fatalf("PublishedRoutes: %v, %v", got, err)
+	}
+	if got.Handler != "payments-ledger" || len(got.Routes.Routes) != 0 || got.Version != one.Version() || got.Unknown != "" {
+		t.Fatalf("read back %+v; want handler payments-ledger, no routes, version %s", got, one.Version())
+	}
+	if hs := got.Handlers(); strings.Join(hs, ",") != "payments-ledger" {
+		t.Errorf("Handlers() = %v, want [payments-ledger]", hs)
+	}
+	router := inbox.Routes{Queue: "payments", TypeAttribute: "type", Unknown: "fail", Routes: map[string]string{"PaymentTaken": "payments-ledger"}}
+	if router.Version() == one.Version() {
+		t.Errorf("a router and a single handler share version %s", one.Version())
+	}
+	if _, err := b.ib.PublishRoutes(ctx, router); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = b.ib.PublishedRoutes(ctx, "payments"); err != nil || got.Handler != "" || got.Previous == nil || got.Previous.Handler != "payments-ledger" {
+		t.Errorf("a router after one handler: %+v (%v); want no handler, and the handler as previous", got, err)
+	}
+	for _, bad := range []inbox.Routes{
+		{Queue: "payments", Handler: "payments-ledger", Routes: map[string]string{"PaymentTaken": "x"}},
+		{Queue: "payments", Handler: "payments-ledger", TypeAttribute: "type"},
+		{Queue: "payments", Handler: "payments-ledger", Unknown: "fail"},
+		{Queue: "payments", Handler: strings.Repeat("h", inbox.MaxHandlerLen+1)},
+	} {
+		if _, err := b.ib.PublishRoutes(ctx, bad); err == nil {
+			t.Errorf("PublishRoutes(%+v) passed", bad)
+		}
+	}
+}
+
 // TestPublishRoutesOnAnOldSchemaOrWithoutAGrant (PostgreSQL): on a schema migrated before the
 // routes table, reading or publishing routes gives an error wrapping ErrNotMigrated that says to
 // migrate; a role that may not write the table gets a DeploymentError (ErrBrokenDeployment).

@@ -1,0 +1,1 @@
+ALTER TABLE {{schema}}.inbox_routes DROP COLUMN handler;
