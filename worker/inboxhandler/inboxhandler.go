@@ -232,8 +232,22 @@ const minMaxReceiveCount = 3
 // and refuses a redrive policy whose maxReceiveCount is under 3: with fewer receives, an event
 // whose claim is held by a frozen consumer reaches the dead-letter queue before the server has
 // ended that consumer's session (inbox Config.IdleInTransactionTimeout), and nobody applies it.
-// Errors name the database server.
+// Errors name the database server. Then it publishes the handler's name as the queue's routes
+// ([inbox.Routes].Handler: every message of the queue goes to it), so that `sqsinbox redrive` and
+// the console classify the queue's dead-lettered messages against it without --handler; a
+// failure to publish fails the start, as it does a [Router]'s.
 func (h *Handler) CheckQueue(ctx context.Context, q *worker.Queue) error {
+	if err := h.checkInbox(ctx, q); err != nil {
+		return err
+	}
+	if _, err := h.ib.PublishRoutes(ctx, inbox.Routes{Queue: q.Name, Handler: h.name}); err != nil {
+		return fmt.Errorf("inboxhandler: handler %s for queue %s: %w", h.name, q.Name, err)
+	}
+	return nil
+}
+
+// checkInbox is CheckQueue's checks, which a Router runs for its routes too.
+func (h *Handler) checkInbox(ctx context.Context, q *worker.Queue) error {
 	if err := h.ib.Check(ctx); err != nil {
 		cc := h.ib.Pool().Config().ConnConfig
 		return fmt.Errorf("inboxhandler: database %s:%d/%s: %w", cc.Host, cc.Port, cc.Database, err)
@@ -271,10 +285,11 @@ func (h *Handler) CheckCapacity(concurrency int) error {
 	return nil
 }
 
-// LogValue describes the handler for the worker's start-up log line: its name and the inbox's
-// retention and timeouts.
+// LogValue describes the handler for the worker's start-up log line: its name, the version of
+// the routes it publishes (its name), and the inbox's retention and timeouts.
 func (h *Handler) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("name", h.name), slog.String("inbox_schema", h.ib.Schema()),
+	published := inbox.Routes{Handler: h.name}
+	return slog.GroupValue(slog.String("name", h.name), slog.String("routes_version", published.Version()), slog.String("inbox_schema", h.ib.Schema()),
 		slog.Duration("inbox_retention", h.ib.Retention()),
 		slog.Duration("idle_in_transaction_timeout", h.ib.IdleInTransactionTimeout()))
 }

@@ -235,7 +235,7 @@ func (r *Router) CheckQueue(ctx context.Context, q *worker.Queue) error {
 		return fmt.Errorf("inboxhandler: router for queue %s has no routes", q.Name)
 	}
 	// Every route shares the router's inbox, so one check covers them all.
-	if err := (&Handler{ib: r.ib}).CheckQueue(ctx, q); err != nil {
+	if err := (&Handler{ib: r.ib}).checkInbox(ctx, q); err != nil {
 		return err
 	}
 	if _, err := r.ib.PublishRoutes(ctx, r.published(q.Name)); err != nil {

@@ -113,3 +113,40 @@ func TestRouterPublishesItsRoutes(t *testing.T) {
 		t.Errorf("after a start with another route: %+v (previous %+v); want a new version, the first kept as previous", p2, p2.Previous)
 	}
 }
+
+// TestHandlerPublishesItsName (the pass's SQS server, and PostgreSQL): a worker whose handler is
+// one inboxhandler.Handler publishes, when it starts, the handler's name as its queue's routes
+// (Handler: every message goes to it; no type source, no routes), so that redrive needs no
+// --handler. A Router's start on the same queue later replaces it, keeping it as Previous.
+func TestHandlerPublishesItsName(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &inbox.Config{Instance: "task-b"})
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "handler-pub", MaxReceiveCount: 5})
+	logs := &lockedBuffer{}
+	w := workertest.Start(t, srv.Client(), &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: b.handler(t, nil),
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	workertest.Stop(t, w)
+	p, err := b.ib.PublishedRoutes(t.Context(), q.Name)
+	if err != nil || p == nil {
+		t.Fatalf("PublishedRoutes after the start: %v, %v", p, err)
+	}
+	if p.Handler != "warehouse" || len(p.Routes.Routes) != 0 || p.TypeAttribute != "" || p.TypeField != "" || p.Instance != "task-b" {
+		t.Fatalf("published %+v; want handler warehouse alone, by task-b", p)
+	}
+	if !strings.Contains(logs.String(), `"routes_version":"`+p.Version+`"`) {
+		t.Errorf("the start line lacks routes_version %s:\n%s", p.Version, logs.String())
+	}
+	r, err := inboxhandler.NewRouter(b.ib, &inboxhandler.RouterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Route("OrderPaid", b.handler(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	w = workertest.Start(t, srv.Client(), &worker.Config{QueueURL: q.URL, WaitTime: time.Second, Handler: r})
+	workertest.Stop(t, w)
+	p2, err := b.ib.PublishedRoutes(t.Context(), q.Name)
+	if err != nil || p2 == nil || p2.Handler != "" || p2.Routes.Routes["OrderPaid"] != "warehouse" || p2.Previous == nil || p2.Previous.Handler != "warehouse" {
+		t.Errorf("after a router's start: %+v (%v); want its routes, and the single handler as previous", p2, err)
+	}
+}
