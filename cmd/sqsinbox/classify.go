@@ -114,6 +114,9 @@ type classifierConfig struct {
 	routes map[string]string
 	// types reads a message's type, as the queue's Router does.
 	types inboxhandler.RouterConfig
+	// oneHandler says that the queue's worker published one handler (inbox.Routes.Handler): every
+	// message goes to it, whatever its type, so a type does not keep a message from being deleted.
+	oneHandler bool
 	// typeFunc says that the queue's Router reads the type with a function of its program
 	// (RouterConfig.TypeOf), so that no type can be read here: with --handler, every message is
 	// moved rather than deleted.
@@ -195,6 +198,14 @@ func (cc *classifierConfig) usePublished(p *inbox.PublishedRoutes, typeGiven boo
 		return nil
 	}
 	cc.published = p
+	if p.Handler != "" {
+		// One handler, no type: --route overrides it, as it would a router's routes.
+		if len(cc.routes) == 0 {
+			cc.handler = cmp.Or(cc.handler, p.Handler)
+			cc.oneHandler = true
+		}
+		return nil
+	}
 	if cc.handler == "" && len(cc.routes) == 0 {
 		cc.routes = maps.Clone(p.Routes.Routes)
 		cc.noRoute = "has no route among those the worker published"
@@ -216,10 +227,18 @@ func publishedText(p *inbox.PublishedRoutes) string {
 	s := fmt.Sprintf("routes published by queue %s's worker: version %s, since %s (instance %s; last started %s)", p.Queue, p.Version,
 		p.PublishedAt.UTC().Format(time.RFC3339), p.Instance, p.ConfirmedAt.UTC().Format(time.RFC3339))
 	if p.Previous != nil {
-		s += fmt.Sprintf("; they replaced version %s (%s), published since %s", p.Previous.Version, routesText(p.Previous.Routes.Routes),
+		s += fmt.Sprintf("; they replaced version %s (%s), published since %s", p.Previous.Version, publishedRoutesText(p.Previous.Routes),
 			p.Previous.PublishedAt.UTC().Format(time.RFC3339))
 	}
 	return s
+}
+
+// publishedRoutesText lists a worker's published routes as TYPE=HANDLER, or names its one handler.
+func publishedRoutesText(r inbox.Routes) string {
+	if r.Handler != "" {
+		return "every message to handler " + r.Handler
+	}
+	return routesText(r.Routes)
 }
 
 // typeSourceText says where a message's type is read.
@@ -245,6 +264,9 @@ func routesText(routes map[string]string) string {
 
 // describe names what the messages are classified against.
 func (cl *classifier) describe() string {
+	if cl.handler != "" && cl.oneHandler && cl.published != nil && cl.handler == cl.published.Handler {
+		return "handler " + cl.handler + " (published by the worker, version " + cl.published.Version + ")"
+	}
 	if cl.handler != "" {
 		return "handler " + cl.handler
 	}
@@ -425,6 +447,9 @@ func (cl *classifier) classify(ctx context.Context, m types.Message) class {
 // typed describes the type m carries, if any: the queue may be a router's, where the same key
 // under another type is another event, so such a message is never deleted on --handler's word.
 func (cl *classifier) handlerOf(m *worker.Message, bodyKnown bool) (handler, typed, why string) {
+	if cl.oneHandler {
+		return cl.handler, "", "" // the queue's worker runs this one handler: the type does not matter
+	}
 	if cl.typeFunc {
 		if cl.handler == "" {
 			return "", "", "type unreadable here (the worker reads it with RouterConfig.TypeOf)"
@@ -527,7 +552,7 @@ func (cl *classifier) report(w io.Writer, fromURL, toURL string) {
 	if cl.published != nil {
 		fmt.Fprintf(w, "  %s\n", publishedText(cl.published))
 	}
-	if cl.handler == "" || cl.published != nil {
+	if (cl.handler == "" || cl.published != nil) && !cl.oneHandler {
 		fmt.Fprintf(w, "  type read from %s\n", typeSourceText(cl.types, cl.typeFunc))
 	}
 	fmt.Fprintf(w, "  never applied: %d (%s moved to %s) %v\n", cl.counts[classMove], verb, lastPart(toURL), cl.samples[classMove])

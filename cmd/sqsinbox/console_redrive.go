@@ -122,7 +122,7 @@ func (c *console) redriveConfig(r *http.Request, queue string) (classifierConfig
 		return cc, fmt.Errorf("no handler or routes given, and the routes published for queue %s could not be read: %s", queue, oneLine(err))
 	case p == nil && cc.handler == "" && len(routes) == 0:
 		return cc, fmt.Errorf("choose the queue's handler, or give routes TYPE=HANDLER for a router's queue: no routes are published for queue %s "+
-			"(a worker whose handler is an inboxhandler.Router publishes them when it starts)", queue)
+			"(a worker whose handler is an inboxhandler.Router or Handler publishes them when it starts)", queue)
 	}
 	return cc, cc.usePublished(p, typeAttr != "type" || typeField != "")
 }
@@ -138,8 +138,12 @@ func (c *console) publishedView(ctx context.Context, queue string) string {
 	if p == nil {
 		return ""
 	}
+	text := strings.ToUpper(publishedText(p)[:1]) + publishedText(p)[1:]
+	if p.Handler != "" {
+		return fmt.Sprintf("%s. %s.", publishedRoutesText(p.Routes), text)
+	}
 	return fmt.Sprintf("%s; type read from %s. %s.", routesText(p.Routes.Routes), typeSourceText(inboxhandler.RouterConfig{TypeAttribute: p.TypeAttribute,
-		TypeField: p.TypeField}, p.TypeFunc), strings.ToUpper(publishedText(p)[:1])+publishedText(p)[1:])
+		TypeField: p.TypeField}, p.TypeFunc), text)
 }
 
 // handlerCache holds the inbox's handler names for a minute: finding them reads the whole table.

@@ -269,7 +269,7 @@ func (o *redriveOptions) published(ctx context.Context, e env, ib *inbox.Inbox) 
 	case err != nil:
 		return nil, err
 	case p == nil:
-		fmt.Fprintf(e.stderr, "no routes published for queue %s in schema %s (a worker whose handler is an inboxhandler.Router publishes "+
+		fmt.Fprintf(e.stderr, "no routes published for queue %s in schema %s (a worker whose handler is an inboxhandler.Router or Handler publishes "+
 			"them when it starts): %s\n", queue, o.db.schema, then)
 	}
 	return p, nil

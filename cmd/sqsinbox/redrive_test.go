@@ -357,6 +357,50 @@ func TestRedriveByThePublishedRoutes(t *testing.T) {
 	redrive("--unclassified", "--handler", "h").mustFail(t, 2, "--unclassified moves every message unclassified")
 }
 
+// TestRedriveByThePublishedHandler (the pass's SQS server, PostgreSQL): on a queue whose worker
+// runs one inboxhandler.Handler (payments-ledger, published as the queue's one handler),
+// `redrive --from --to` with no other flag classifies every message against that handler,
+// whatever its type: the event it applied is deleted, even though it carries a type (no other
+// handler could take it), the one it never applied is moved back, and the report names the
+// published version. The console's DLQ page shows the handler.
+func TestRedriveByThePublishedHandler(t *testing.T) {
+	t.Parallel()
+	pool, dbArgs := migratedSchema(t, "cli_rdone")
+	schema := dbArgs[len(dbArgs)-1]
+	processEvent(t, pool, schema, "payments-ledger", "pay-1")
+	q := srv.CreateQueue(t, sqstest.QueueOptions{Prefix: "cli-rdone", MaxReceiveCount: 3})
+	ib, err := inbox.New(pool, &inbox.Config{Schema: schema, Instance: "task-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ib.PublishRoutes(t.Context(), inbox.Routes{Queue: q.Name, Handler: "payments-ledger"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sqstest.Send(t.Context(), srv.Client(), q.DLQURL, []sqstest.Message{
+		{Body: `{"id":"pay-1","type":"PaymentTaken"}`}, {Body: `{"id":"pay-2","type":"PaymentTaken"}`}}); err != nil {
+		t.Fatal(err)
+	}
+	sqstest.WaitCount(t, srv.Client(), q.DLQURL, 2, 30*time.Second)
+	tc := startConsole(t, append([]string{"--queue", q.Name, "--token", testToken}, dbArgs...)...)
+	page := tc.do(http.MethodGet, "/dlq?queue="+q.Name, nil, map[string]string{"Cookie": tc.login().String()})
+	if !strings.Contains(page.body, "every message to handler payments-ledger") {
+		t.Errorf("the console's DLQ page does not show the published handler:\n%s", page.body)
+	}
+	r := cli(t, "", append([]string{"redrive", "--from", lastPart(q.DLQURL), "--to", q.Name}, dbArgs...)...).mustOK(t)
+	for _, want := range []string{"against handler payments-ledger (published by the worker, version ", "(instance task-9;",
+		"already applied: 1 (were deleted from the DLQ) [pay-1]", "never applied: 1 (were moved to " + q.Name + ") [pay-2]"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("redrive by the published handler lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "type read from") || strings.Contains(r.stdout, "carries a type") {
+		t.Errorf("a one-handler queue's redrive reads types:\n%s", r.stdout)
+	}
+	if got := bodiesIn(t, q.URL, 1); !slices.Equal(got, []string{`{"id":"pay-2","type":"PaymentTaken"}`}) {
+		t.Errorf("moved back %v; want pay-2 only", got)
+	}
+}
+
 // TestConsoleRedriveByThePublishedRoutes (the pass's SQS server, PostgreSQL): the console's DLQ
 // page shows the routes the queue's worker published, and a redrive with neither a handler nor
 // routes chosen classifies by them: the applied OrderPaid deleted, the OrderShipped with the
