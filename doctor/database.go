@@ -150,8 +150,9 @@ func (r *run) checkGrants(ctx context.Context, pool *pgxpool.Pool, schema, layou
 		{name: "inbox_failures", privs: []string{"SELECT", "INSERT", "DELETE"},
 			without: "the handlers' failures are not recorded (events show, dlq peek and the console show none), and the purge cannot forget them"},
 	}
-	if len(r.cfg.Routes) > 0 {
-		// A Router publishes its routes at start, and a refused write stops the start.
+	if len(r.cfg.Routes) > 0 || r.cfg.PublishesRoutes {
+		// An inboxhandler.Handler or Router publishes its routes at start, and a refused write
+		// stops the start.
 		needs = append(needs, tableNeeds{name: "inbox_routes", privs: []string{"SELECT", "INSERT", "UPDATE"}})
 	}
 	gens := layout == inbox.LayoutGenerations || layout == inbox.LayoutKeyTime

@@ -81,6 +81,10 @@ type Config struct {
 	// Routes are the message types the worker's router routes, for the SNS filter policies. nil
 	// means the worker takes every message (a single handler).
 	Routes []string
+	// PublishesRoutes says that the worker's handler publishes its queue's routes at start (an
+	// inboxhandler.Handler or Router does), which needs write grants on inbox_routes. A Router's
+	// worker (Routes set) needs them whatever this says.
+	PublishesRoutes bool
 	// TypeAttribute is the message attribute the router reads the type from. "" means "type".
 	TypeAttribute string
 	// PoolSize is the most connections the worker's pool opens. 0 means the pool given in

@@ -17,6 +17,7 @@ import (
 	"github.com/sqsinbox/sqsinbox/doctor"
 	"github.com/sqsinbox/sqsinbox/inbox"
 	"github.com/sqsinbox/sqsinbox/worker"
+	"github.com/sqsinbox/sqsinbox/worker/inboxhandler"
 )
 
 // ErrDoctorFindings is returned by `doctor` when its report has an error (or, with --strict, a
@@ -70,6 +71,10 @@ func runDoctor(ctx context.Context, spec Spec, o Options, getenv func(string) st
 		h, err := spec.Handler(ctx, d)
 		if r, ok := h.(interface{ Types() []string }); ok && err == nil {
 			cfg.Routes = r.Types()
+		}
+		switch h.(type) {
+		case *inboxhandler.Handler, *inboxhandler.Router:
+			cfg.PublishesRoutes = true
 		}
 		if _, batch := h.(worker.BatchHandler); !batch && err == nil && cfg.Worker.HandlerBatch == 0 {
 			cfg.Worker.HandlerBatch = 1 // the worker's default for a plain handler
